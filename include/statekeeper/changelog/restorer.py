@@ -1,0 +1,303 @@
+"""Rebuilds stores from their changelog partitions, up to the last commit marker.
+
+Reads each partition to EOF (invariant 5), applies only records that a commit marker
+closes (invariant 2) in bounded write batches, and hands back the uncommitted tail so the
+task state manager can decide to drop it or roll it forward. Several partitions restore in
+parallel threads; librdkafka fetches outside the GIL.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from statekeeper.changelog.listeners import BaseRestoreListener, StateRestoreListener
+from statekeeper.changelog.records import MARKER_KEY, CommitMarker
+from statekeeper.errors import (
+    BrokerUnavailableError,
+    ChangelogCorruptError,
+    ChangelogTopicError,
+)
+from statekeeper.stores.base import StoreMetadata
+
+_CONSUME_CHUNK = 20_000
+_POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (ENVIRONMENT.md)
+
+
+class InconsistentStateError(Exception):
+    """Local state cannot continue from its checkpoint; the caller wipes and restores fully."""
+
+
+@dataclass
+class RestoreJob:
+    """Restore one store from one changelog partition."""
+
+    topic: str
+    partition: int
+    store: Any  # a built store (metered layer): restore_batch / read_metadata / wipe
+    task_id: str
+    full: bool = False
+    reason: str | None = None  # why a full restore (reported to listeners)
+
+
+@dataclass
+class RestoreOutcome:
+    """What a partition restore found and did."""
+
+    job: RestoreJob
+    start_offset: int
+    last_marker: CommitMarker | None
+    marker_offset: int | None
+    restored_records: int = 0
+    restored_bytes: int = 0
+    seconds: float = 0.0
+    full: bool = False
+    tail: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+
+    @property
+    def records_per_s(self) -> float:
+        return self.restored_records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.restored_bytes / self.seconds if self.seconds > 0 else 0.0
+
+
+class ChangelogRestorer:
+    """Restores stores from changelog partitions (see module docstring)."""
+
+    def __init__(
+        self,
+        consumer_config: dict[str, Any],
+        *,
+        batch_records: int = 50_000,
+        threads: int = 4,
+        timeout_s: float = 15.0,
+        listener: StateRestoreListener | None = None,
+    ) -> None:
+        self._consumer_config = dict(consumer_config)
+        self.batch_records = batch_records
+        self.threads = threads
+        self.timeout_s = timeout_s
+        self.listener: StateRestoreListener = listener or BaseRestoreListener()
+
+    def restore_all(self, jobs: list[RestoreJob]) -> list[RestoreOutcome]:
+        """Restore every job, ``threads`` partitions at a time; results in job order."""
+        if len(jobs) <= 1 or self.threads == 1:
+            return [self.restore(job) for job in jobs]
+        with ThreadPoolExecutor(max_workers=min(self.threads, len(jobs))) as pool:
+            return list(pool.map(self.restore, jobs))
+
+    def restore(self, job: RestoreJob) -> RestoreOutcome:
+        tp = (job.topic, job.partition)
+        if not job.full:
+            try:
+                return self._restore_from(job, job.store.read_metadata())
+            except InconsistentStateError as exc:
+                job.full, job.reason = True, f"inconsistent local state: {exc}; restoring fully"
+        if job.reason:
+            self.listener.on_restore_reason(tp, job.store.name, job.reason)
+        job.store.wipe()
+        return self._restore_from(job, StoreMetadata())
+
+    # -- one partition ---------------------------------------------------------------------
+
+    def _consumer(self) -> Consumer:
+        config = dict(self._consumer_config)
+        config.update(
+            {
+                "group.id": f"statekeeper-restore-{uuid.uuid4().hex[:12]}",
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+                # An offset outside the changelog must be an error, not a silent jump.
+                "auto.offset.reset": "error",
+            }
+        )
+        return Consumer(config)
+
+    def _restore_from(self, job: RestoreJob, meta: StoreMetadata) -> RestoreOutcome:
+        tp = (job.topic, job.partition)
+        store_name = job.store.name
+        checkpoint = meta.changelog_offset
+        full = checkpoint is None
+        last_marker = (
+            None
+            if full
+            else CommitMarker(meta.batch_id or 0, job.task_id, store_name, meta.source_offsets)
+        )
+        outcome = RestoreOutcome(
+            job=job,
+            start_offset=0 if full else checkpoint + 1,  # type: ignore[operator]
+            last_marker=last_marker,
+            marker_offset=checkpoint,
+            full=full,
+        )
+        consumer = self._consumer()
+        try:
+            _, high = self._watermarks(consumer, job)
+            consumer.assign(
+                [TopicPartition(job.topic, job.partition, OFFSET_BEGINNING if full else checkpoint)]
+            )
+            self.listener.on_restore_start(tp, store_name, outcome.start_offset, high)
+            started = time.perf_counter()
+            self._read_to_eof(consumer, job, outcome, verify_offset=checkpoint, meta=meta)
+            outcome.seconds = time.perf_counter() - started
+        finally:
+            consumer.close()
+        self.listener.on_restore_end(tp, store_name, outcome.restored_records)
+        return outcome
+
+    def _watermarks(self, consumer: Consumer, job: RestoreJob) -> tuple[int, int]:
+        try:
+            return consumer.get_watermark_offsets(
+                TopicPartition(job.topic, job.partition), timeout=self.timeout_s, cached=False
+            )
+        except Exception as exc:
+            raise BrokerUnavailableError(
+                f"cannot read offsets of changelog {job.topic}[{job.partition}] within "
+                f"{self.timeout_s:.0f} s: {exc}"
+            ) from exc
+
+    def _read_to_eof(
+        self,
+        consumer: Consumer,
+        job: RestoreJob,
+        outcome: RestoreOutcome,
+        *,
+        verify_offset: int | None,
+        meta: StoreMetadata,
+    ) -> None:
+        where = f"{job.topic}[{job.partition}]"
+        tp = (job.topic, job.partition)
+        # Records closed by a marker but not yet written, deduplicated by key: values are
+        # absolute (invariant 1), so only the last one per key matters.
+        committed: dict[bytes, bytes | None] = {}
+        committed_count = 0  # records (not keys) behind `committed`
+        tail: list[tuple[bytes, bytes | None]] = []  # after the last marker seen
+        pending_meta: StoreMetadata | None = None
+        need_verify = verify_offset is not None
+        deadline = time.monotonic() + self.timeout_s
+
+        def write_committed() -> None:
+            nonlocal committed, committed_count, pending_meta
+            if committed or pending_meta is not None:
+                job.store.restore_batch(list(committed.items()), pending_meta)
+                outcome.restored_records += committed_count
+                self.listener.on_batch_restored(
+                    tp, job.store.name, outcome.marker_offset or 0, committed_count
+                )
+            committed, committed_count, pending_meta = {}, 0, None
+
+        while True:
+            msgs = consumer.consume(_CONSUME_CHUNK, _POLL_TIMEOUT_S)
+            if not msgs:
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailableError(
+                        f"changelog {where}: no data and no end-of-partition within "
+                        f"{self.timeout_s:.0f} s (broker unreachable?)"
+                    )
+                continue
+            deadline = time.monotonic() + self.timeout_s
+            keys = [m.key() for m in msgs]
+            eof = False
+            if None in keys:
+                msgs, keys, eof = self._handle_events(msgs, keys, where)
+            if need_verify:
+                need_verify = False
+                self._verify_checkpoint(msgs, keys, verify_offset, meta, where, eof)
+                if msgs and msgs[0].offset() == verify_offset:
+                    msgs, keys = msgs[1:], keys[1:]
+            values = [m.value() for m in msgs]
+            outcome.restored_bytes += sum(map(len, keys)) + sum(len(v) for v in values if v)
+            start = 0
+            while MARKER_KEY in keys[start:]:
+                idx = keys.index(MARKER_KEY, start)
+                # The marker closes the earlier tail and everything up to it.
+                if tail:
+                    committed.update(tail)
+                    committed_count += len(tail)
+                    tail = []
+                committed.update(zip(keys[start:idx], values[start:idx], strict=True))
+                committed_count += idx - start
+                marker_offset = msgs[idx].offset()
+                marker = CommitMarker.decode(values[idx], where=f"{where} offset {marker_offset}")
+                outcome.last_marker, outcome.marker_offset = marker, marker_offset
+                pending_meta = StoreMetadata(
+                    changelog_offset=marker_offset,
+                    batch_id=marker.batch_id,
+                    source_offsets=marker.source_offsets,
+                )
+                start = idx + 1
+                if len(committed) >= self.batch_records:
+                    write_committed()
+            tail.extend(zip(keys[start:], values[start:], strict=True))
+            if eof:
+                break
+        write_committed()
+        outcome.tail = tail
+
+    @staticmethod
+    def _handle_events(
+        msgs: list[Any], keys: list[bytes | None], where: str
+    ) -> tuple[list[Any], list[bytes], bool]:
+        """Split partition EOF and errors from records; a null-key record is corrupt."""
+        kept_msgs, kept_keys, eof = [], [], False
+        for msg, key in zip(msgs, keys, strict=True):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    eof = True
+                    continue
+                if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                    raise ChangelogTopicError(
+                        f"changelog {where} does not exist: {err.str()}; create the app's "
+                        "changelog topics (statekeeper creates them at start) or fix the name"
+                    )
+                if err.code() == KafkaError._AUTO_OFFSET_RESET or "out of range" in err.str():
+                    raise InconsistentStateError(
+                        f"checkpointed offset is outside changelog {where}: {err.str()}"
+                    )
+                raise BrokerUnavailableError(f"reading changelog {where}: {err.str()}")
+            if key is None:
+                raise ChangelogCorruptError(
+                    f"changelog {where} offset {msg.offset()} has a null key; changelog records "
+                    "always carry the store key (was something else producing to this topic?)"
+                )
+            kept_msgs.append(msg)
+            kept_keys.append(key)
+        return kept_msgs, kept_keys, eof
+
+    @staticmethod
+    def _verify_checkpoint(
+        msgs: list[Any],
+        keys: list[bytes],
+        offset: int | None,
+        meta: StoreMetadata,
+        where: str,
+        eof: bool,
+    ) -> None:
+        """The checkpointed offset must hold our marker (or have been compacted away)."""
+        if not msgs:
+            if eof:
+                raise InconsistentStateError(
+                    f"checkpointed offset {offset} is beyond the end of changelog {where}"
+                )
+            return
+        first = msgs[0]
+        if first.offset() != offset:
+            return  # compacted: a later marker for the same key exists further on
+        if keys[0] != MARKER_KEY:
+            raise InconsistentStateError(
+                f"changelog {where} offset {offset} is not a commit marker"
+            )
+        marker = CommitMarker.decode(first.value(), where=f"{where} offset {offset}")
+        if meta.batch_id is not None and marker.batch_id != meta.batch_id:
+            raise InconsistentStateError(
+                f"changelog {where} offset {offset} commits batch {marker.batch_id}, local state "
+                f"says batch {meta.batch_id}"
+            )

@@ -1,0 +1,87 @@
+"""Sends changelog records and commit markers, and proves every one was acknowledged."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from statekeeper.changelog.records import MARKER_KEY, CommitMarker
+from statekeeper.errors import ProduceError
+
+
+class ChangelogWriter:
+    """A thin, thread-safe wrapper around one idempotent producer.
+
+    ``send`` is fire-and-forget; ``flush`` waits for every delivery and raises
+    :class:`ProduceError` if any record failed, so a batch is never marked committed
+    while one of its records is missing (invariant 2).
+    """
+
+    def __init__(self, producer_config: dict[str, Any]) -> None:
+        self._producer = Producer(producer_config)
+        self._lock = threading.Lock()
+        self._errors: list[str] = []
+        self._marker_offsets: dict[tuple[str, int], int] = {}
+        self.records_sent = 0
+        self.bytes_sent = 0
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            with self._lock:
+                self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+
+    def _on_marker_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._on_delivery(err, msg)
+            return
+        with self._lock:
+            self._marker_offsets[(msg.topic(), msg.partition())] = msg.offset()
+
+    def send(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        produce = self._producer.produce
+        try:
+            produce(topic, value, key, partition, on_delivery=self._on_delivery)
+        except BufferError:
+            # Local queue full: serve delivery reports until there is room again.
+            self._producer.poll(0.1)
+            produce(topic, value, key, partition, on_delivery=self._on_delivery)
+        except KafkaException as exc:
+            raise ProduceError(f"cannot produce to {topic}[{partition}]: {exc}") from exc
+        self.records_sent += 1
+        self.bytes_sent += len(key) + (len(value) if value else 0)
+
+    def poll(self) -> None:
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait for all outstanding deliveries; raise if any failed or timed out."""
+        remaining = self._producer.flush(timeout_s)
+        with self._lock:
+            errors, self._errors = self._errors, []
+        if remaining:
+            errors.append(f"{remaining} record(s) still unacknowledged after {timeout_s:.0f} s")
+        if errors:
+            raise ProduceError(
+                "changelog records were not acknowledged, the batch is not committed: "
+                + "; ".join(errors[:5])
+                + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else "")
+            )
+
+    def write_markers(
+        self, markers: list[tuple[str, int, CommitMarker]], timeout_s: float
+    ) -> dict[tuple[str, int], int]:
+        """Produce one marker per (topic, partition); return each marker's offset once acked."""
+        with self._lock:
+            self._marker_offsets.clear()
+        for topic, partition, marker in markers:
+            self._producer.produce(
+                topic, marker.encode(), MARKER_KEY, partition, on_delivery=self._on_marker_delivery
+            )
+        self.flush(timeout_s)
+        with self._lock:
+            return dict(self._marker_offsets)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self._producer.flush(timeout_s)

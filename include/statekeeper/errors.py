@@ -1,0 +1,41 @@
+"""Exceptions raised by statekeeper; every message says what to do next."""
+
+
+class StatekeeperError(Exception):
+    """Base class for all statekeeper errors."""
+
+
+class ConfigError(StatekeeperError):
+    """Bad or inconsistent configuration, detected at start."""
+
+
+class BrokerUnavailableError(StatekeeperError):
+    """The Kafka broker could not be reached within the configured timeout."""
+
+
+class ChangelogTopicError(StatekeeperError):
+    """A changelog topic is missing or its layout/config disagrees with the store."""
+
+
+class ChangelogCorruptError(StatekeeperError):
+    """A changelog record cannot be decoded; restoration stops rather than lose data."""
+
+
+class TaskLockedError(StatekeeperError):
+    """Another process holds the task directory lock."""
+
+
+class StoreClosedError(StatekeeperError):
+    """An operation was attempted on a closed store."""
+
+
+class InvalidStoreConfigError(ConfigError):
+    """A store builder was given an impossible configuration (e.g. retention < size + grace)."""
+
+
+class ProduceError(StatekeeperError):
+    """A changelog or output record was not acknowledged by the broker."""
+
+
+class StoreCorruptError(StatekeeperError):
+    """Local store files cannot be opened or read; the store is wiped and restored."""

@@ -1,0 +1,60 @@
+"""One typed settings object for the whole process, overridable by STATEKEEPER_* env vars."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from statekeeper.errors import ConfigError
+
+
+class StatekeeperSettings(BaseSettings):
+    """Process-wide configuration. Every field can be set as env var ``STATEKEEPER_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="STATEKEEPER_", extra="forbid")
+
+    bootstrap_servers: str = Field(
+        "127.0.0.1:9092", description="Kafka bootstrap servers (host:port[,host:port])"
+    )
+    broker_flavor: Literal["auto", "kafka", "tansu"] = Field(
+        "auto", description="Which broker semantics to assume; auto detects the embedded broker"
+    )
+    state_dir: Path = Field(Path("var/state"), description="Root of local state directories")
+    application_id: str = Field("statekeeper-app", pattern=r"^[A-Za-z0-9._-]+$")
+    lock_timeout_s: float = Field(30.0, ge=0, description="How long to wait for a task lock")
+    restore_threads: int = Field(4, ge=1, le=64, description="Partitions restored in parallel")
+    restore_batch_records: int = Field(
+        50_000, ge=1, description="Records per RocksDB WriteBatch while restoring"
+    )
+    block_cache_bytes: int = Field(
+        64 * 1024 * 1024, ge=0, description="RocksDB block cache shared by all stores"
+    )
+    broker_timeout_s: float = Field(
+        15.0, gt=0, description="How long to wait for the broker before failing"
+    )
+    embedded_broker_port: int = Field(9092, ge=1, le=65535)
+    embedded_broker_dir: Path = Field(Path("var/broker"), description="Embedded broker run dir")
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_bootstrap(cls, value: str) -> str:
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"expected host:port[,host:port], got {value!r}")
+        return value
+
+
+def load_settings(**overrides: object) -> StatekeeperSettings:
+    """Build settings from env + overrides, turning validation errors into one clear ConfigError."""
+    try:
+        return StatekeeperSettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid statekeeper settings: {problems}") from exc

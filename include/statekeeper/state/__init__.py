@@ -1,0 +1,1 @@
+"""Local state: directories, task locks, checkpoint files and the task state manager."""

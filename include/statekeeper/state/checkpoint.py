@@ -1,0 +1,36 @@
+"""The human-readable ``.checkpoint`` file: changelog offsets per store partition.
+
+The authoritative offsets live inside each RocksDB store, written atomically with the
+data (invariant 3); this file is for operators and tools, written after each commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_checkpoint(path: Path, entries: dict[str, dict[str, Any]]) -> None:
+    """Atomically replace ``path`` with one line per store: ``topic partition offset``.
+
+    A JSON header line keeps batch ids and source offsets for tools.
+    """
+    lines = ["# statekeeper checkpoint v1: <changelog topic> <partition> <marker offset>"]
+    for _store, entry in sorted(entries.items()):
+        lines.append(f"{entry['topic']} {entry['partition']} {entry['offset']}")
+    lines.append("# " + json.dumps(entries, sort_keys=True))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
+def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
+    """Entries written by :func:`write_checkpoint`; empty when the file is absent."""
+    if not path.exists():
+        return {}
+    for line in path.read_text().splitlines():
+        if line.startswith("# {"):
+            return json.loads(line[2:])
+    return {}

@@ -1,0 +1,94 @@
+"""State directory layout and the per-task lock (DESIGN.md invariant 6).
+
+``<state_dir>/<application_id>/<task_id>/`` holds ``.lock``, ``.checkpoint`` and
+``rocksdb/<store>/``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from statekeeper.errors import TaskLockedError
+
+
+class TaskDirectory:
+    """Paths of one task's local state."""
+
+    def __init__(self, state_dir: Path, application_id: str, task_id: str) -> None:
+        self.application_id = application_id
+        self.task_id = task_id
+        self.path = Path(state_dir) / application_id / task_id
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / ".lock"
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.path / ".checkpoint"
+
+    def store_path(self, store: str) -> Path:
+        return self.path / "rocksdb" / store
+
+
+class TaskLock:
+    """An exclusive fcntl lock on the task's ``.lock`` file, holding the owner's PID.
+
+    The OS releases it when the process dies, even on ``kill -9``, so a crashed owner never
+    blocks a restart.
+    """
+
+    def __init__(self, directory: TaskDirectory, timeout_s: float) -> None:
+        self.directory = directory
+        self.timeout_s = timeout_s
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        path = self.directory.lock_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                if time.monotonic() >= deadline:
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    raise TaskLockedError(
+                        f"task {self.directory.task_id} of {self.directory.application_id} is "
+                        f"locked by PID {holder} ({path}); waited {self.timeout_s:.0f} s. "
+                        "Stop that process or point this one at another state_dir."
+                    ) from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> TaskLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 32, 0).decode().strip() or "unknown"
+    except OSError:
+        return "unknown"

@@ -1,0 +1,81 @@
+"""Process-wide state services: one producer, one restorer, settings; hands out task managers."""
+
+from __future__ import annotations
+
+from statekeeper.changelog.listeners import (
+    CompositeRestoreListener,
+    LoggingRestoreListener,
+    StateRestoreListener,
+)
+from statekeeper.changelog.restorer import ChangelogRestorer
+from statekeeper.changelog.topics import ensure_changelog_topics
+from statekeeper.changelog.writer import ChangelogWriter
+from statekeeper.kafka.adapter import consumer_config, producer_config
+from statekeeper.kafka.admin import make_admin, wait_for_broker
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.state.directory import TaskDirectory
+from statekeeper.state.task_state_manager import CommitHook, TaskStateManager
+from statekeeper.stores.builders import StoreSpec
+from statekeeper.stores.rocksdb import configure_block_cache
+
+
+class StateEnvironment:
+    """Shared by every task of a process (a Spark executor's Python worker, a CLI run)."""
+
+    def __init__(
+        self,
+        settings: StatekeeperSettings,
+        listeners: list[StateRestoreListener] | None = None,
+        *,
+        check_broker: bool = True,
+    ) -> None:
+        self.settings = settings
+        if check_broker:
+            wait_for_broker(settings.bootstrap_servers, settings.broker_timeout_s)
+        configure_block_cache(settings.block_cache_bytes)
+        self.listener = CompositeRestoreListener([LoggingRestoreListener(), *(listeners or [])])
+        self.writer = ChangelogWriter(producer_config(settings.bootstrap_servers))
+        self.restorer = ChangelogRestorer(
+            consumer_config(settings.bootstrap_servers),
+            batch_records=settings.restore_batch_records,
+            threads=settings.restore_threads,
+            timeout_s=settings.broker_timeout_s,
+            listener=self.listener,
+        )
+
+    def ensure_changelogs(self, specs: list[StoreSpec], source_partitions: int) -> None:
+        """Create (or check) the changelog topics of ``specs``, co-partitioned with the source."""
+        admin = make_admin(self.settings.bootstrap_servers)
+        ensure_changelog_topics(
+            admin,
+            self.settings.application_id,
+            specs,
+            source_partitions,
+            timeout_s=self.settings.broker_timeout_s,
+        )
+
+    def task(
+        self,
+        task_id: str,
+        partition: int,
+        specs: list[StoreSpec],
+        commit_hooks: list[CommitHook] | None = None,
+    ) -> TaskStateManager:
+        """A (not yet opened) state manager for one task."""
+        s = self.settings
+        return TaskStateManager(
+            application_id=s.application_id,
+            task_id=task_id,
+            partition=partition,
+            specs=specs,
+            task_dir=TaskDirectory(s.state_dir, s.application_id, task_id),
+            writer=self.writer,
+            restorer=self.restorer,
+            lock_timeout_s=s.lock_timeout_s,
+            commit_timeout_s=s.broker_timeout_s * 2,
+            listener=self.listener,
+            commit_hooks=commit_hooks,
+        )
+
+    def close(self) -> None:
+        self.writer.close()

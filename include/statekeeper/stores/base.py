@@ -1,0 +1,176 @@
+"""The byte-level store contracts every layer and inner store implements."""
+
+from __future__ import annotations
+
+import heapq
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from statekeeper.errors import StoreClosedError
+
+Value = bytes | None  # None is a tombstone: the key is deleted
+
+
+@dataclass
+class StoreMetadata:
+    """What a store knows about how far it is: written atomically with its data (KIP-1035 style).
+
+    ``changelog_offset`` is the offset of the last commit marker applied, ``source_offsets``
+    maps "topic:partition" to the next source offset to process.
+    """
+
+    changelog_offset: int | None = None
+    batch_id: int | None = None
+    source_offsets: dict[str, int] = field(default_factory=dict)
+
+
+class KeyValueBytesStore(ABC):
+    """A key-value store of bytes. Inner stores and wrapping layers share this contract.
+
+    Writes may be staged until :meth:`commit`, which makes them durable together with the
+    metadata. Iterators yield ``(key, value)`` in key order (LRU: key order too).
+    """
+
+    name: str
+    persistent: bool = False
+
+    @abstractmethod
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.get(k) for k in keys]
+
+    @abstractmethod
+    def put(self, key: bytes, value: Value) -> None:
+        """Write ``value`` under ``key``; ``None`` deletes the key."""
+
+    def put_all(self, items: Iterable[tuple[bytes, Value]]) -> None:
+        for key, value in items:
+            self.put(key, value)
+
+    def put_if_absent(self, key: bytes, value: bytes) -> bytes | None:
+        """Write only when the key is absent; return the existing value otherwise."""
+        existing = self.get(key)
+        if existing is None:
+            self.put(key, value)
+        return existing
+
+    def delete(self, key: bytes) -> bytes | None:
+        """Delete ``key`` and return its old value."""
+        old = self.get(key)
+        self.put(key, None)
+        return old
+
+    @abstractmethod
+    def range(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``start <= key <= end`` (``None`` = unbounded), in key order."""
+
+    def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in self.range(prefix, None):
+            if not key.startswith(prefix):
+                return
+            yield key, value
+
+    def all(self) -> Iterator[tuple[bytes, bytes]]:
+        return self.range(None, None)
+
+    @abstractmethod
+    def approximate_num_entries(self) -> int: ...
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """Delete every key with ``start <= key < end``. Used to drop window segments."""
+        for key, _ in list(self.range(start, end)):
+            if key < end:
+                self.put(key, None)
+
+    def flush(self) -> None:
+        """Push buffered writes one layer down (caches); the inner store does nothing."""
+
+    @abstractmethod
+    def commit(self, metadata: StoreMetadata) -> None:
+        """Make all staged writes durable, atomically with ``metadata``."""
+
+    @abstractmethod
+    def read_metadata(self) -> StoreMetadata: ...
+
+    @abstractmethod
+    def restore_batch(
+        self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None
+    ) -> None:
+        """Apply changelog records (absolute values) directly, bypassing logging."""
+
+    def discard(self) -> None:
+        """Forget writes staged since the last commit (the failed batch is re-run)."""
+
+    def finish_restore(self) -> None:
+        """Called once after the last restored batch (LRU trims to capacity, windows expire)."""
+
+    @abstractmethod
+    def wipe(self) -> None:
+        """Drop every entry and the metadata (local state is rebuilt from the changelog)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class ClosableMixin:
+    """Fails loudly on use after close instead of touching freed native handles."""
+
+    _closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {getattr(self, 'name', '?')!r} is closed")
+
+
+def in_range(key: bytes, start: bytes | None, end: bytes | None) -> bool:
+    return (start is None or key >= start) and (end is None or key <= end)
+
+
+def merge_overlay(
+    base: Iterator[tuple[bytes, bytes]],
+    overlay: list[tuple[bytes, Value]],
+    *,
+    reverse: bool = False,
+) -> Iterator[tuple[bytes, bytes]]:
+    """Merge a sorted base iterator with sorted pending writes; pending wins, tombstones hide.
+
+    Both inputs are sorted in the same direction. Used by the caching layer and by the
+    RocksDB store's uncommitted write overlay.
+    """
+    # Tag overlay entries 0 and base entries 1 so that, for equal keys, the overlay comes first.
+    if reverse:
+        tagged_base = ((_Desc(k), 1, v) for k, v in base)
+        tagged_overlay = ((_Desc(k), 0, v) for k, v in overlay)
+    else:
+        tagged_base = ((k, 1, v) for k, v in base)
+        tagged_overlay = ((k, 0, v) for k, v in overlay)
+    last: object = _SENTINEL
+    for sort_key, _tag, value in heapq.merge(tagged_overlay, tagged_base):
+        key = sort_key.key if reverse else sort_key
+        if key == last:
+            continue
+        last = key
+        if value is not None:
+            yield key, value
+
+
+_SENTINEL = object()
+
+
+class _Desc:
+    """Inverts bytes ordering for heapq.merge in reverse scans."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.key > other.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.key == other.key

@@ -1,0 +1,122 @@
+"""Change-logging layer: every write to the inner store is also sent to the changelog."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from statekeeper.stores.base import KeyValueBytesStore, StoreMetadata, Value
+from statekeeper.stores.lru import LRUKeyValueStore
+from statekeeper.stores.window import WindowBytesStore, changelog_window_key
+
+# Receives (changelog key, absolute value or None for a tombstone).
+ChangelogSink = Callable[[bytes, Value], None]
+
+RESERVED_KEY_PREFIX = b"\x00__statekeeper."
+
+
+def _check_key(store: str, key: bytes) -> None:
+    if key.startswith(RESERVED_KEY_PREFIX):
+        raise ValueError(
+            f"store {store!r}: keys starting with {RESERVED_KEY_PREFIX!r} are reserved for "
+            "changelog commit markers"
+        )
+
+
+class ChangeLoggingKeyValueStore(KeyValueBytesStore):
+    """Logs absolute values (invariant 1): replaying a record twice is harmless."""
+
+    def __init__(self, wrapped: KeyValueBytesStore, sink: ChangelogSink) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name
+        self.persistent = wrapped.persistent
+        self._sink = sink
+        if isinstance(wrapped, LRUKeyValueStore):
+            # An evicted key must not come back on restore: log its removal.
+            wrapped.add_eviction_listener(lambda key, _value: sink(key, None))
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.wrapped.get(key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return self.wrapped.get_many(keys)
+
+    def put(self, key: bytes, value: Value) -> None:
+        _check_key(self.name, key)
+        self.wrapped.put(key, value)
+        self._sink(key, value)
+
+    def put_all(self, items: Iterable[tuple[bytes, Value]]) -> None:
+        items = list(items)
+        for key, _ in items:
+            _check_key(self.name, key)
+        self.wrapped.put_all(items)
+        sink = self._sink
+        for key, value in items:
+            sink(key, value)
+
+    def range(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        return self.wrapped.range(start, end, reverse=reverse)
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        # Logged key by key: a compacted changelog has no range tombstones.
+        for key, _ in list(self.wrapped.range(start, end)):
+            if key < end:
+                self._sink(key, None)
+        self.wrapped.delete_range(start, end)
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()
+
+    def flush(self) -> None:
+        self.wrapped.flush()
+
+    def commit(self, metadata: StoreMetadata) -> None:
+        self.wrapped.commit(metadata)
+
+    def read_metadata(self) -> StoreMetadata:
+        return self.wrapped.read_metadata()
+
+    def restore_batch(
+        self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None
+    ) -> None:
+        self.wrapped.restore_batch(records, metadata)
+
+    def finish_restore(self) -> None:
+        self.wrapped.finish_restore()
+
+    def discard(self) -> None:
+        self.wrapped.discard()
+
+    def wipe(self) -> None:
+        self.wrapped.wipe()
+
+    def close(self) -> None:
+        self.wrapped.close()
+
+
+class ChangeLoggingWindowStore:
+    """Logs ``key | window_start`` → value for every accepted window write.
+
+    Expired segments are not tombstoned key by key: the window changelog is created with
+    ``cleanup.policy=compact,delete`` and a retention derived from the store's, and a
+    restore drops windows past retention (WindowBytesStore.finish_restore).
+    """
+
+    def __init__(self, wrapped: WindowBytesStore, sink: ChangelogSink) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name
+        self.persistent = wrapped.persistent
+        self._sink = sink
+
+    def put(self, key: bytes, value: Value, window_start: int) -> bool:
+        _check_key(self.name, key)
+        if self.wrapped.put(key, value, window_start):
+            self._sink(changelog_window_key(key, window_start), value)
+            return True
+        return False
+
+    def __getattr__(self, item: str):
+        # Reads, commit and restore pass straight through to the window store.
+        return getattr(self.wrapped, item)

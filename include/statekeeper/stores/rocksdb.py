@@ -1,0 +1,267 @@
+"""Persistent key-value store on RocksDB (rocksdict), with writes staged until commit.
+
+Uncommitted writes live in an in-memory overlay; :meth:`commit` applies them together with
+the store metadata in one WriteBatch, so data and offsets can never disagree on disk
+(DESIGN.md invariant 3). A crash before commit leaves the last committed state intact.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import rocksdict
+
+from statekeeper.errors import StoreCorruptError
+from statekeeper.stores.base import (
+    ClosableMixin,
+    KeyValueBytesStore,
+    StoreMetadata,
+    Value,
+    in_range,
+    merge_overlay,
+)
+
+DATA_CF = "default"
+META_CF = "statekeeper-meta"
+_META_CHANGELOG_OFFSET = b"changelog_offset"
+_META_BATCH_ID = b"batch_id"
+_META_SOURCE_OFFSETS = b"source_offsets"
+
+_cache_lock = threading.Lock()
+_shared_cache: rocksdict.Cache | None = None
+_shared_cache_bytes = 64 * 1024 * 1024
+
+
+def configure_block_cache(capacity_bytes: int) -> None:
+    """Size the block cache shared by every RocksDB store of this process (before first open)."""
+    global _shared_cache_bytes
+    with _cache_lock:
+        _shared_cache_bytes = capacity_bytes
+        if _shared_cache is not None:
+            _shared_cache.set_capacity(capacity_bytes)
+
+
+def _block_cache() -> rocksdict.Cache:
+    global _shared_cache
+    with _cache_lock:
+        if _shared_cache is None:
+            _shared_cache = rocksdict.Cache(_shared_cache_bytes)
+        return _shared_cache
+
+
+def _options() -> rocksdict.Options:
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    opts.set_paranoid_checks(True)
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(_block_cache())
+    opts.set_block_based_table_factory(table)
+    return opts
+
+
+class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
+    """One RocksDB database per task store: data in the default column family, metadata in
+    ``statekeeper-meta``."""
+
+    persistent = True
+
+    def __init__(self, name: str, path: Path) -> None:
+        self.name = name
+        self.path = Path(path)
+        self._pending: dict[bytes, Value] = {}
+        self._pending_range_deletes: list[tuple[bytes, bytes]] = []
+        self._open()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = rocksdict.Rdict(
+                str(self.path), _options(), column_families={META_CF: _options()}
+            )
+            self._meta = self._db.get_column_family(META_CF)
+            self._meta_handle = self._db.get_column_family_handle(META_CF)
+            self._read_metadata_from_disk()
+        except StoreCorruptError:
+            raise
+        except Exception as exc:  # rocksdict raises plain Exception for I/O and corruption
+            raise StoreCorruptError(
+                f"store {self.name!r} at {self.path} is unreadable: {exc}"
+            ) from exc
+        self._closed = False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pending.clear()
+        self._pending_range_deletes.clear()
+        self._meta.close()
+        self._db.close()
+        # A live column-family handle keeps RocksDB's LOCK file held even after close().
+        del self._meta_handle, self._meta, self._db
+
+    def wipe(self) -> None:
+        if not self._closed:
+            self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._open()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _range_deleted(self, key: bytes) -> bool:
+        return any(lo <= key < hi for lo, hi in self._pending_range_deletes)
+
+    def get(self, key: bytes) -> bytes | None:
+        self._check_open()
+        if key in self._pending:
+            return self._pending[key]
+        if self._pending_range_deletes and self._range_deleted(key):
+            return None
+        return self._db.get(key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        self._check_open()
+        if not keys:
+            return []
+        found = self._db.get(keys)
+        if self._pending or self._pending_range_deletes:
+            pending = self._pending
+            for i, key in enumerate(keys):
+                if key in pending:
+                    found[i] = pending[key]
+                elif self._pending_range_deletes and self._range_deleted(key):
+                    found[i] = None
+        return found
+
+    def range(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        self._check_open()
+        base = self._db_range(start, end, reverse=reverse)
+        if self._pending_range_deletes:
+            base = ((k, v) for k, v in base if not self._range_deleted(k))
+        if not self._pending:
+            return base
+        overlay = sorted(
+            ((k, v) for k, v in self._pending.items() if in_range(k, start, end)),
+            reverse=reverse,
+        )
+        return merge_overlay(base, overlay, reverse=reverse)
+
+    def _db_range(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        if reverse:
+            it.seek_for_prev(end) if end is not None else it.seek_to_last()
+            while it.valid():
+                key = it.key()
+                if start is not None and key < start:
+                    return
+                yield key, it.value()
+                it.prev()
+        else:
+            it.seek(start) if start is not None else it.seek_to_first()
+            while it.valid():
+                key = it.key()
+                if end is not None and key > end:
+                    return
+                yield key, it.value()
+                it.next()
+
+    def approximate_num_entries(self) -> int:
+        self._check_open()
+        estimate = self._db.property_int_value("rocksdb.estimate-num-keys") or 0
+        return max(0, estimate + sum(1 for v in self._pending.values() if v is not None))
+
+    # -- writes (staged) -------------------------------------------------------------------
+
+    def put(self, key: bytes, value: Value) -> None:
+        self._check_open()
+        self._pending[key] = value
+
+    def put_all(self, items) -> None:  # type: ignore[override]
+        self._check_open()
+        self._pending.update(items)
+
+    def discard(self) -> None:
+        self._pending.clear()
+        self._pending_range_deletes.clear()
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        self._check_open()
+        for key in [k for k in self._pending if start <= k < end]:
+            del self._pending[key]
+        self._pending_range_deletes.append((start, end))
+
+    def commit(self, metadata: StoreMetadata) -> None:
+        self._check_open()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for lo, hi in self._pending_range_deletes:
+            batch.delete_range(lo, hi)
+        for key, value in self._pending.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self._put_metadata(batch, metadata)
+        self._db.write(batch)
+        self._pending.clear()
+        self._pending_range_deletes.clear()
+
+    def restore_batch(
+        self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None
+    ) -> None:
+        self._check_open()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for key, value in records:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        if metadata is not None:
+            self._put_metadata(batch, metadata)
+        self._db.write(batch)
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def _put_metadata(self, batch: rocksdict.WriteBatch, metadata: StoreMetadata) -> None:
+        handle = self._meta_handle
+        if metadata.changelog_offset is not None:
+            batch.put(_META_CHANGELOG_OFFSET, str(metadata.changelog_offset).encode(), handle)
+        if metadata.batch_id is not None:
+            batch.put(_META_BATCH_ID, str(metadata.batch_id).encode(), handle)
+        batch.put(
+            _META_SOURCE_OFFSETS,
+            json.dumps(metadata.source_offsets, sort_keys=True).encode(),
+            handle,
+        )
+
+    def _read_metadata_from_disk(self) -> None:
+        offset = self._meta.get(_META_CHANGELOG_OFFSET)
+        batch_id = self._meta.get(_META_BATCH_ID)
+        sources = self._meta.get(_META_SOURCE_OFFSETS)
+        try:
+            self._metadata = StoreMetadata(
+                changelog_offset=int(offset) if offset is not None else None,
+                batch_id=int(batch_id) if batch_id is not None else None,
+                source_offsets={str(k): int(v) for k, v in json.loads(sources).items()}
+                if sources
+                else {},
+            )
+        except (ValueError, AttributeError) as exc:
+            raise StoreCorruptError(
+                f"store {self.name!r} at {self.path} has unreadable metadata: {exc}"
+            ) from exc
+
+    def read_metadata(self) -> StoreMetadata:
+        self._check_open()
+        self._read_metadata_from_disk()
+        return self._metadata

@@ -1,0 +1,111 @@
+"""Serializers for store keys and values: bytes, str, int, JSON."""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from statekeeper.errors import StatekeeperError
+
+T = TypeVar("T")
+
+
+class SerdeError(StatekeeperError):
+    """Bytes that the configured serde cannot decode (or a value it cannot encode)."""
+
+
+class Serde(Protocol[T]):
+    """Turns values of one type into bytes and back."""
+
+    def serialize(self, value: T) -> bytes: ...
+
+    def deserialize(self, data: bytes) -> T: ...
+
+
+class BytesSerde:
+    """Identity serde for raw bytes."""
+
+    def serialize(self, value: bytes) -> bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise SerdeError(f"BytesSerde expects bytes, got {type(value).__name__}")
+        return bytes(value)
+
+    def deserialize(self, data: bytes) -> bytes:
+        return data
+
+
+class StringSerde:
+    """UTF-8 strings."""
+
+    def serialize(self, value: str) -> bytes:
+        if not isinstance(value, str):
+            raise SerdeError(f"StringSerde expects str, got {type(value).__name__}")
+        return value.encode()
+
+    def deserialize(self, data: bytes) -> str:
+        try:
+            return data.decode()
+        except UnicodeDecodeError as exc:
+            raise SerdeError(f"not valid UTF-8: {data[:32]!r}") from exc
+
+
+class IntSerde:
+    """Signed 64-bit big-endian ints; byte order keeps non-negative ints sorted in scans."""
+
+    _fmt = struct.Struct(">q")
+
+    def serialize(self, value: int) -> bytes:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SerdeError(f"IntSerde expects int, got {type(value).__name__}")
+        return self._fmt.pack(value)
+
+    def deserialize(self, data: bytes) -> int:
+        if len(data) != 8:
+            raise SerdeError(f"IntSerde expects 8 bytes, got {len(data)}: {data[:16]!r}")
+        return self._fmt.unpack(data)[0]
+
+
+class JsonSerde:
+    """Compact JSON with sorted keys, so equal values always have equal bytes."""
+
+    def serialize(self, value: Any) -> bytes:
+        try:
+            return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+        except (TypeError, ValueError) as exc:
+            raise SerdeError(f"value is not JSON-serialisable: {exc}") from exc
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise SerdeError(f"not valid JSON: {data[:32]!r}") from exc
+
+
+SERDES: dict[str, type] = {
+    "bytes": BytesSerde,
+    "str": StringSerde,
+    "int": IntSerde,
+    "json": JsonSerde,
+}
+
+
+def serde_for(name_or_serde: str | Serde[Any]) -> Serde[Any]:
+    """Resolve a serde given by name ("bytes", "str", "int", "json") or pass one through."""
+    if isinstance(name_or_serde, str):
+        try:
+            return SERDES[name_or_serde]()
+        except KeyError:
+            raise SerdeError(
+                f"unknown serde {name_or_serde!r}; choose one of {sorted(SERDES)}"
+            ) from None
+    return name_or_serde
+
+
+@dataclass(frozen=True)
+class KeyValueSerdes(Generic[T]):
+    """The key serde and value serde of one store."""
+
+    key: Serde[Any]
+    value: Serde[Any]
