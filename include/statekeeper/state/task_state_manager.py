@@ -125,11 +125,10 @@ class TaskStateManager:
         self._slots[spec.name] = _StoreSlot(spec, store, topic)
         if topic is None:
             return None
+        # In-memory stores always restore fully; that is normal and needs no reason.
         full = reason is not None or not spec.persistent
         if not full and store.read_metadata().changelog_offset is None:
             full, reason = True, "no local state"
-        if full and reason is None:
-            reason = None  # in-memory stores always restore fully; nothing unusual
         return RestoreJob(topic, self.partition, store, self.task_id, full=full, reason=reason)
 
     def _reconcile(self, outcomes: list[RestoreOutcome]) -> None:

@@ -1,0 +1,1 @@
+"""The store-level demo: a plain-Python counting worker, its input and a reference model."""
