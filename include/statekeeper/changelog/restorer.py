@@ -12,6 +12,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from operator import methodcaller
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -116,6 +117,9 @@ class ChangelogRestorer:
                 "enable.auto.commit": False,
                 # An offset outside the changelog must be an error, not a silent jump.
                 "auto.offset.reset": "error",
+                # Don't let the broker park a fetch at the end of the partition: EOF is
+                # what a restore waits for.
+                "fetch.wait.max.ms": 10,
             }
         )
         return Consumer(config)
@@ -174,14 +178,17 @@ class ChangelogRestorer:
     ) -> None:
         where = f"{job.topic}[{job.partition}]"
         tp = (job.topic, job.partition)
-        # Records closed by a marker but not yet written, deduplicated by key: values are
-        # absolute (invariant 1), so only the last one per key matters.
+        # Records are deduplicated by key as they arrive: values are absolute (invariant 1),
+        # so only the last one per key matters. `committed` is closed by a marker and waits
+        # to be written; `uncommitted` came after the last marker seen.
         committed: dict[bytes, bytes | None] = {}
         committed_count = 0  # records (not keys) behind `committed`
-        tail: list[tuple[bytes, bytes | None]] = []  # after the last marker seen
+        uncommitted: dict[bytes, bytes | None] = {}
+        uncommitted_count = 0
         pending_meta: StoreMetadata | None = None
         need_verify = verify_offset is not None
         deadline = time.monotonic() + self.timeout_s
+        key_of, value_of = methodcaller("key"), methodcaller("value")
 
         def write_committed() -> None:
             nonlocal committed, committed_count, pending_meta
@@ -203,7 +210,7 @@ class ChangelogRestorer:
                     )
                 continue
             deadline = time.monotonic() + self.timeout_s
-            keys = [m.key() for m in msgs]
+            keys = list(map(key_of, msgs))
             eof = False
             if None in keys:
                 msgs, keys, eof = self._handle_events(msgs, keys, where)
@@ -212,18 +219,23 @@ class ChangelogRestorer:
                 self._verify_checkpoint(msgs, keys, verify_offset, meta, where, eof)
                 if msgs and msgs[0].offset() == verify_offset:
                     msgs, keys = msgs[1:], keys[1:]
-            values = [m.value() for m in msgs]
-            outcome.restored_bytes += sum(map(len, keys)) + sum(len(v) for v in values if v)
+            values = list(map(value_of, msgs))
+            outcome.restored_bytes += sum(map(len, keys)) + sum(map(len, filter(None, values)))
             start = 0
-            while MARKER_KEY in keys[start:]:
-                idx = keys.index(MARKER_KEY, start)
-                # The marker closes the earlier tail and everything up to it.
-                if tail:
-                    committed.update(tail)
-                    committed_count += len(tail)
-                    tail = []
-                committed.update(zip(keys[start:idx], values[start:idx], strict=True))
-                committed_count += idx - start
+            while True:
+                try:
+                    idx = keys.index(MARKER_KEY, start)
+                except ValueError:
+                    break
+                # The marker closes everything before it.
+                uncommitted.update(zip(keys[start:idx], values[start:idx], strict=True))
+                uncommitted_count += idx - start
+                if committed:
+                    committed.update(uncommitted)
+                else:
+                    committed = uncommitted
+                committed_count += uncommitted_count
+                uncommitted, uncommitted_count = {}, 0
                 marker_offset = msgs[idx].offset()
                 marker = CommitMarker.decode(values[idx], where=f"{where} offset {marker_offset}")
                 outcome.last_marker, outcome.marker_offset = marker, marker_offset
@@ -235,11 +247,15 @@ class ChangelogRestorer:
                 start = idx + 1
                 if len(committed) >= self.batch_records:
                     write_committed()
-            tail.extend(zip(keys[start:], values[start:], strict=True))
+            if start:
+                uncommitted.update(zip(keys[start:], values[start:], strict=True))
+            else:
+                uncommitted.update(zip(keys, values, strict=True))
+            uncommitted_count += len(keys) - start
             if eof:
                 break
         write_committed()
-        outcome.tail = tail
+        outcome.tail = list(uncommitted.items())
 
     @staticmethod
     def _handle_events(

@@ -1,0 +1,165 @@
+"""Restore benchmark: 1M changelog records over 100k keys in 4 partitions, on the embedded broker.
+
+Measures, in one run and on the same topic:
+  raw_consume_rps      tuned consumers reading every partition to EOF (the physical limit)
+  full_restore_rps     four RocksDB stores rebuilt from offset 0 in parallel
+  partial_restore_rps  the same stores catching up on a 200k-record tail from their checkpoint
+and prints one JSON object. Usage: python benchmarks/restore_bench.py [--records N] [--keys K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import struct
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+from statekeeper.changelog.records import MARKER_KEY, CommitMarker, changelog_topic
+from statekeeper.changelog.restorer import ChangelogRestorer, RestoreJob
+from statekeeper.kafka.adapter import consumer_config, producer_config
+from statekeeper.kafka.admin import ensure_topic, make_admin
+from statekeeper.kafka.embedded import EmbeddedBroker
+from statekeeper.stores import Stores, build_store
+
+APP, STORE, PARTITIONS = "bench", "counts", 4
+
+
+def produce_changelog(
+    bootstrap: str, topic: str, records: int, keys: int, first_batch: int, batch_records: int
+) -> int:
+    """Write ``records`` absolute count updates, a commit marker per partition per batch."""
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 20}))
+    pack = struct.Struct(">q").pack
+    batch_id = first_batch
+    for start in range(0, records, batch_records):
+        for i in range(start, min(records, start + batch_records)):
+            key = i % keys
+            value = pack(i // keys + 1)
+            while True:
+                try:
+                    producer.produce(topic, value, b"key-%07d" % key, key % PARTITIONS)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        for p in range(PARTITIONS):
+            marker = CommitMarker(batch_id, f"0_{p}", STORE, {f"input:{p}": start + batch_records})
+            producer.produce(topic, marker.encode(), MARKER_KEY, p)
+        batch_id += 1
+    assert producer.flush(60) == 0
+    return batch_id
+
+
+def raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
+    """Every partition to EOF, one tuned consumer per partition in parallel threads."""
+
+    def one(p: int) -> int:
+        consumer = Consumer(consumer_config(bootstrap, **{"fetch.wait.max.ms": 10}))
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+        n = 0
+        try:
+            while True:
+                msgs = consumer.consume(20_000, 0.05)
+                if msgs and msgs[-1].error() is not None:
+                    if msgs[-1].error().code() == KafkaError._PARTITION_EOF:
+                        return n + len(msgs) - 1
+                n += len(msgs)
+        finally:
+            consumer.close()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(PARTITIONS) as pool:
+        total = sum(pool.map(one, range(PARTITIONS)))
+    return total, time.perf_counter() - started
+
+
+def restore(bootstrap: str, state_dir: Path, topic: str, threads: int) -> tuple[int, float, list]:
+    spec = Stores.persistent(STORE).with_serdes("bytes", "int")
+    stores = [build_store(spec, state_dir / f"0_{p}" / STORE, None) for p in range(PARTITIONS)]
+    restorer = ChangelogRestorer(consumer_config(bootstrap), threads=threads)
+    jobs = [
+        RestoreJob(topic, p, store, f"0_{p}", full=store.read_metadata().changelog_offset is None)
+        for p, store in enumerate(stores)
+    ]
+    started = time.perf_counter()
+    outcomes = restorer.restore_all(jobs)
+    seconds = time.perf_counter() - started
+    keys = sum(s.approximate_num_entries() for s in stores)
+    for s in stores:
+        s.close()
+    return sum(o.restored_records for o in outcomes), seconds, [keys, outcomes]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--tail", type=int, default=200_000)
+    parser.add_argument("--batch-records", type=int, default=250_000)
+    parser.add_argument("--threads", type=int, default=PARTITIONS)
+    parser.add_argument("--output", help="also write the JSON here")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="sk-restore-bench-"))
+    try:
+        with EmbeddedBroker() as broker:
+            bootstrap = broker.bootstrap_servers
+            topic = changelog_topic(APP, STORE)
+            ensure_topic(make_admin(bootstrap), topic, PARTITIONS, {"cleanup.policy": "compact"})
+            t0 = time.perf_counter()
+            next_batch = produce_changelog(
+                bootstrap, topic, args.records, args.keys, 0, args.batch_records
+            )
+            produce_s = time.perf_counter() - t0
+
+            raw_n, raw_s = raw_consume(bootstrap, topic)
+            full_n, full_s, (full_keys, _) = restore(bootstrap, work, topic, args.threads)
+            # A second raw pass after the restore, so cache warmth favours neither side.
+            raw2_n, raw2_s = raw_consume(bootstrap, topic)
+
+            produce_changelog(
+                bootstrap, topic, args.tail, args.keys, next_batch, args.batch_records
+            )
+            part_n, part_s, (part_keys, part_outcomes) = restore(
+                bootstrap, work, topic, args.threads
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    raw_rps = max(raw_n / raw_s, raw2_n / raw2_s)
+    result = {
+        "benchmark": "restore",
+        "records": args.records,
+        "keys": args.keys,
+        "partitions": PARTITIONS,
+        "restore_threads": args.threads,
+        "produce_rps": round(args.records / produce_s),
+        "raw_consume_rps": round(raw_rps),
+        "raw_consume_runs_rps": [round(raw_n / raw_s), round(raw2_n / raw2_s)],
+        "full_restore_rps": round(full_n / full_s),
+        "full_restore_seconds": round(full_s, 3),
+        "full_restore_records": full_n,
+        "full_restore_keys": full_keys,
+        "partial_restore_rps": round(part_n / part_s),
+        "partial_restore_seconds": round(part_s, 3),
+        "partial_restore_records": part_n,
+        "partial_restore_full": any(o.full for o in part_outcomes),
+        "full_vs_raw": round(full_n / full_s / raw_rps, 3),
+        "partial_vs_raw": round(part_n / part_s / raw_rps, 3),
+        "python": platform.python_version(),
+        "cpus": __import__("os").cpu_count(),
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
