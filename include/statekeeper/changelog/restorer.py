@@ -143,7 +143,14 @@ class ChangelogRestorer:
         )
         consumer = self._consumer()
         try:
-            _, high = self._watermarks(consumer, job)
+            low, high = self._watermarks(consumer, job)
+            if checkpoint is not None and not low <= checkpoint < high:
+                # The checkpointed marker is the first record of its produce batch, so even a
+                # broker whose high watermark trails the log end reports one past it.
+                raise InconsistentStateError(
+                    f"checkpointed offset {checkpoint} is outside changelog "
+                    f"{job.topic}[{job.partition}] (offsets {low}..{high - 1})"
+                )
             consumer.assign(
                 [TopicPartition(job.topic, job.partition, OFFSET_BEGINNING if full else checkpoint)]
             )
