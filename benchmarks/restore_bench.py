@@ -66,9 +66,9 @@ def raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
         try:
             while True:
                 msgs = consumer.consume(20_000, 0.05)
-                if msgs and msgs[-1].error() is not None:
-                    if msgs[-1].error().code() == KafkaError._PARTITION_EOF:
-                        return n + len(msgs) - 1
+                last_error = msgs[-1].error() if msgs else None
+                if last_error is not None and last_error.code() == KafkaError._PARTITION_EOF:
+                    return n + len(msgs) - 1
                 n += len(msgs)
         finally:
             consumer.close()

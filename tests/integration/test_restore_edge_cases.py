@@ -170,7 +170,9 @@ def test_null_key_record_is_a_clear_error(broker, tmp_path, topic_name):
     env.close()
 
 
-def test_changelog_with_fewer_partitions_than_source_is_rejected(broker, admin, tmp_path, topic_name):
+def test_changelog_with_fewer_partitions_than_source_is_rejected(
+    broker, admin, tmp_path, topic_name
+):
     ensure_topic(admin, changelog_topic(topic_name, "kv"), 2, {"cleanup.policy": "compact"})
     env = _env(broker, tmp_path, topic_name)
     with pytest.raises(ChangelogTopicError, match="has 2 partitions but the source has 4"):

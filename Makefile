@@ -1,0 +1,75 @@
+# statekeeper: developer and CI entry points. `make help` lists the targets.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+STAMP := $(VENV)/.installed
+# The interpreter the venv is built from; the project supports Python 3.11 only.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The uv that compiled requirements.lock (`make lock`).
+UV_VERSION ?= 0.13.8
+# pyspark and pyspark-client both ship pyspark/; reinstalling pyspark last makes its files win.
+PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock 2>/dev/null)
+
+# Spark must bind to loopback and run workers with the venv's interpreter.
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYSPARK_PYTHON := $(CURDIR)/$(PY)
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
+
+.PHONY: help venv install test lint demo bench-restore lock clean distclean
+
+help:
+	@echo "make venv|install  create .venv and install requirements.lock + statekeeper (editable)"
+	@echo "make test          ruff, then the whole pytest suite (tests start their own servers)"
+	@echo "make lint          ruff only"
+	@echo "make demo          run the state-store demo (statekeeper demo)"
+	@echo "make bench-restore run the restore benchmark (prints JSON)"
+	@echo "make lock          recompile requirements.lock from requirements.in"
+	@echo "make clean         stop the embedded broker, remove caches and var/"
+	@echo "make distclean     clean + remove .venv"
+
+venv install: $(STAMP)
+
+$(UV):
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "statekeeper needs Python 3.11, got " + sys.executable + " " + sys.version.split()[0])'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet uv==$(UV_VERSION)
+
+# Re-runs only when the lock or the package metadata changes.
+$(STAMP): requirements.lock pyproject.toml | $(UV)
+	$(UV) pip install --python $(PY) -r requirements.lock
+	$(UV) pip install --python $(PY) --no-deps -e .
+	@# Uninstall + install reuses uv's cached pyspark wheel; --reinstall would rebuild the sdist.
+	$(UV) pip uninstall --python $(PY) pyspark
+	$(UV) pip install --python $(PY) --no-deps pyspark==$(PYSPARK_VERSION)
+	$(PY) -c 'import pyspark; from pyspark.sql import SparkSession; print("pyspark", pyspark.__version__, "ok")'
+	touch $@
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q
+
+demo: $(STAMP)
+	$(VENV)/bin/statekeeper demo
+
+bench-restore: $(STAMP)
+	$(PY) benchmarks/restore_bench.py
+
+lock: | $(UV)
+	$(UV) pip compile requirements.in --python-version 3.11 --no-header -o requirements.lock
+
+clean:
+	@if [ -x $(VENV)/bin/statekeeper ]; then $(VENV)/bin/statekeeper broker stop || true; fi
+	rm -rf build .pytest_cache .ruff_cache var spark-warehouse benchmarks/results
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name '*.egg-info' \) \
+		-prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

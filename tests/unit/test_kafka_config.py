@@ -1,0 +1,52 @@
+"""Base client configs and broker profiles (no broker needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from statekeeper.errors import ConfigError
+from statekeeper.kafka.adapter import (
+    KAFKA,
+    TANSU,
+    consumer_config,
+    kafka_client_config,
+    producer_config,
+    profile_for,
+)
+
+
+def test_consumer_config_reads_to_eof_without_committing():
+    config = consumer_config("127.0.0.1:9092")
+    assert config["bootstrap.servers"] == "127.0.0.1:9092"
+    assert config["enable.partition.eof"] is True
+    assert config["enable.auto.commit"] is False
+    assert config["auto.offset.reset"] == "earliest"
+    assert config["queued.min.messages"] >= 1_000_000
+    assert config["fetch.max.bytes"] >= 50 * 1024 * 1024
+
+
+def test_producer_config_is_durable_and_batched():
+    config = producer_config("h:1")
+    assert config["acks"] == "all" and config["enable.idempotence"] is True
+    assert config["compression.type"] == "lz4" and config["linger.ms"] == 5
+
+
+def test_overrides_replace_and_none_removes():
+    config = producer_config("h:1", **{"linger.ms": 50, "compression.type": None})
+    assert config["linger.ms"] == 50 and "compression.type" not in config
+    assert kafka_client_config("h:1", **{"client.id": "x"})["client.id"] == "x"
+
+
+def test_clients_accept_the_configs():
+    from confluent_kafka import Consumer, Producer
+
+    Consumer(consumer_config("127.0.0.1:1")).close()
+    Producer(producer_config("127.0.0.1:1"))
+
+
+def test_profiles():
+    assert profile_for("kafka") is KAFKA and profile_for("tansu") is TANSU
+    assert KAFKA.compacts and not TANSU.compacts
+    assert not TANSU.reports_config_defaults
+    with pytest.raises(ConfigError, match="unknown broker flavor"):
+        profile_for("nope")
