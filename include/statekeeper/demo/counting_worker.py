@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from statekeeper.changelog.progress import RichRestoreProgress
 from statekeeper.demo.events import LRU_CAPACITY, WINDOW_RETENTION_MS, WINDOW_SIZE_MS, Event
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.settings import load_settings
@@ -82,13 +83,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         application_id=args.application_id,
         restore_threads=4,
     )
-    env = StateEnvironment(settings)
+    progress = RichRestoreProgress() if args.progress else None
+    env = StateEnvironment(settings, [progress] if progress else None)
     specs = store_specs()
     env.ensure_changelogs(specs, args.partitions)
     hook = _crash_hook(args.crash_at)
     task = env.task(f"0_{args.partition}", args.partition, specs, [hook] if hook else None)
     started = time.perf_counter()
-    outcomes = task.open()
+    if progress:
+        with progress:
+            outcomes = task.open()
+    else:
+        outcomes = task.open()
     restore_s = time.perf_counter() - started
     source = f"{args.topic}:{args.partition}"
     next_offset = task.processed_offsets.get(source, 0)
@@ -165,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--application-id", default="counting-demo")
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--crash-at", help=f"STEP:BATCH, STEP one of {', '.join(CRASH_STEPS)}")
+    parser.add_argument("--progress", action="store_true", help="show restore progress bars")
     parser.add_argument("--summary", help="write the JSON summary (state included) here")
     args = parser.parse_args(argv)
     summary = run(args)
