@@ -61,6 +61,11 @@ class StoreSpec:
                 raise InvalidStoreConfigError(
                     f"window store {self.name!r} needs size and retention"
                 )
+            if self.window_size_ms <= 0 or self.grace_ms < 0 or self.retention_ms <= 0:
+                raise InvalidStoreConfigError(
+                    f"window store {self.name!r}: size ({self.window_size_ms} ms) and retention "
+                    f"({self.retention_ms} ms) must be > 0 and grace ({self.grace_ms} ms) >= 0"
+                )
             validate_retention(self.name, self.retention_ms, self.window_size_ms, self.grace_ms)
             if self.caching_max_bytes:
                 raise InvalidStoreConfigError(

@@ -11,6 +11,7 @@ from statekeeper.stores.base import (
     in_range,
     merge_overlay,
 )
+from statekeeper.stores.change_logging import check_key
 
 _ENTRY_OVERHEAD = 64  # rough per-entry bookkeeping cost, so tiny values still count
 
@@ -50,6 +51,8 @@ class CachingKeyValueStore(KeyValueBytesStore):
         return [dirty[k] if k in dirty else found[k] for k in keys]
 
     def put(self, key: bytes, value: Value) -> None:
+        # Rejected here, not at flush: a bad key in the cache would fail every later commit.
+        check_key(self.name, key)
         old = self._dirty.get(key, _ABSENT)
         if old is not _ABSENT:
             self._bytes -= self._size(key, old)  # type: ignore[arg-type]

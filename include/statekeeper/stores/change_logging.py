@@ -14,7 +14,8 @@ ChangelogSink = Callable[[bytes, Value], None]
 RESERVED_KEY_PREFIX = b"\x00__statekeeper."
 
 
-def _check_key(store: str, key: bytes) -> None:
+def check_key(store: str, key: bytes) -> None:
+    """Reject keys in the namespace reserved for commit markers."""
     if key.startswith(RESERVED_KEY_PREFIX):
         raise ValueError(
             f"store {store!r}: keys starting with {RESERVED_KEY_PREFIX!r} are reserved for "
@@ -30,7 +31,8 @@ class ChangeLoggingKeyValueStore(KeyValueBytesStore):
         self.name = wrapped.name
         self.persistent = wrapped.persistent
         self._sink = sink
-        if isinstance(wrapped, LRUKeyValueStore):
+        self._logs_evictions = isinstance(wrapped, LRUKeyValueStore)
+        if self._logs_evictions:
             # An evicted key must not come back on restore: log its removal.
             wrapped.add_eviction_listener(lambda key, _value: sink(key, None))
 
@@ -41,14 +43,20 @@ class ChangeLoggingKeyValueStore(KeyValueBytesStore):
         return self.wrapped.get_many(keys)
 
     def put(self, key: bytes, value: Value) -> None:
-        _check_key(self.name, key)
+        check_key(self.name, key)
         self.wrapped.put(key, value)
         self._sink(key, value)
 
     def put_all(self, items: Iterable[tuple[bytes, Value]]) -> None:
         items = list(items)
+        if self._logs_evictions:
+            # Each put must be logged before the next one can evict it, or an evicted key's
+            # put would land after its tombstone and come back on restore.
+            for key, value in items:
+                self.put(key, value)
+            return
         for key, _ in items:
-            _check_key(self.name, key)
+            check_key(self.name, key)
         self.wrapped.put_all(items)
         sink = self._sink
         for key, value in items:
@@ -111,7 +119,7 @@ class ChangeLoggingWindowStore:
         self._sink = sink
 
     def put(self, key: bytes, value: Value, window_start: int) -> bool:
-        _check_key(self.name, key)
+        check_key(self.name, key)
         if self.wrapped.put(key, value, window_start):
             self._sink(changelog_window_key(key, window_start), value)
             return True

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import rocksdict
 
-from statekeeper.errors import StoreCorruptError
+from statekeeper.errors import StatekeeperError, StoreCorruptError
 from statekeeper.stores.base import (
     ClosableMixin,
     KeyValueBytesStore,
@@ -91,6 +91,11 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
         except StoreCorruptError:
             raise
         except Exception as exc:  # rocksdict raises plain Exception for I/O and corruption
+            if "LOCK" in str(exc):
+                # Another handle owns the DB: not corruption, and wiping it would lose data.
+                raise StatekeeperError(
+                    f"store {self.name!r} at {self.path} is open elsewhere: {exc}"
+                ) from exc
             raise StoreCorruptError(
                 f"store {self.name!r} at {self.path} is unreadable: {exc}"
             ) from exc

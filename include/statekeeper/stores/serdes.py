@@ -59,7 +59,12 @@ class IntSerde:
     def serialize(self, value: int) -> bytes:
         if not isinstance(value, int) or isinstance(value, bool):
             raise SerdeError(f"IntSerde expects int, got {type(value).__name__}")
-        return self._fmt.pack(value)
+        try:
+            return self._fmt.pack(value)
+        except struct.error:
+            raise SerdeError(
+                f"IntSerde holds signed 64-bit ints; {value} is out of range"
+            ) from None
 
     def deserialize(self, data: bytes) -> int:
         if len(data) != 8:

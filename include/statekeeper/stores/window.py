@@ -129,6 +129,7 @@ class WindowBytesStore:
     def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
         """``(window_start, value)`` for ``key`` with ``time_from <= start <= time_to``."""
         time_from = max(time_from, self._min_live_start(), 0)
+        time_to = min(time_to, self._observed)  # no window starts after stream time
         if time_to < time_from:
             return
         for segment in range(self._segment(time_from), self._segment(time_to) + 1):

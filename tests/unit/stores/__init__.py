@@ -1,0 +1,1 @@
+"""Unit tests for statekeeper.stores (no broker needed)."""
