@@ -126,6 +126,61 @@ class ClosableMixin:
             raise StoreClosedError(f"store {getattr(self, 'name', '?')!r} is closed")
 
 
+class WrappedKeyValueStore(KeyValueBytesStore):
+    """A layer over another store: delegates everything; subclasses override what they add."""
+
+    def __init__(self, wrapped: KeyValueBytesStore) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name
+        self.persistent = wrapped.persistent
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.wrapped.get(key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return self.wrapped.get_many(keys)
+
+    def put(self, key: bytes, value: Value) -> None:
+        self.wrapped.put(key, value)
+
+    def range(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        return self.wrapped.range(start, end, reverse=reverse)
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        self.wrapped.delete_range(start, end)
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()
+
+    def flush(self) -> None:
+        self.wrapped.flush()
+
+    def commit(self, metadata: StoreMetadata) -> None:
+        self.wrapped.commit(metadata)
+
+    def read_metadata(self) -> StoreMetadata:
+        return self.wrapped.read_metadata()
+
+    def restore_batch(
+        self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None
+    ) -> None:
+        self.wrapped.restore_batch(records, metadata)
+
+    def finish_restore(self) -> None:
+        self.wrapped.finish_restore()
+
+    def discard(self) -> None:
+        self.wrapped.discard()
+
+    def wipe(self) -> None:
+        self.wrapped.wipe()
+
+    def close(self) -> None:
+        self.wrapped.close()
+
+
 def in_range(key: bytes, start: bytes | None, end: bytes | None) -> bool:
     return (start is None or key >= start) and (end is None or key <= end)
 

@@ -8,6 +8,7 @@ from statekeeper.stores.base import (
     KeyValueBytesStore,
     StoreMetadata,
     Value,
+    WrappedKeyValueStore,
     in_range,
     merge_overlay,
 )
@@ -16,14 +17,12 @@ from statekeeper.stores.change_logging import check_key
 _ENTRY_OVERHEAD = 64  # rough per-entry bookkeeping cost, so tiny values still count
 
 
-class CachingKeyValueStore(KeyValueBytesStore):
+class CachingKeyValueStore(WrappedKeyValueStore):
     """Write-back cache bounded by bytes. Flushed on commit and whenever it grows past
     ``max_bytes``, so ten updates of one key in a batch cost one changelog record."""
 
     def __init__(self, wrapped: KeyValueBytesStore, max_bytes: int) -> None:
-        self.wrapped = wrapped
-        self.name = wrapped.name
-        self.persistent = wrapped.persistent
+        super().__init__(wrapped)
         self.max_bytes = max_bytes
         self._dirty: dict[bytes, Value] = {}
         self._bytes = 0
@@ -88,17 +87,6 @@ class CachingKeyValueStore(KeyValueBytesStore):
     def commit(self, metadata: StoreMetadata) -> None:
         self.flush()
         self.wrapped.commit(metadata)
-
-    def read_metadata(self) -> StoreMetadata:
-        return self.wrapped.read_metadata()
-
-    def restore_batch(
-        self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None
-    ) -> None:
-        self.wrapped.restore_batch(records, metadata)
-
-    def finish_restore(self) -> None:
-        self.wrapped.finish_restore()
 
     def discard(self) -> None:
         self._dirty = {}

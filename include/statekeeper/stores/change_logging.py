@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
-from statekeeper.stores.base import KeyValueBytesStore, StoreMetadata, Value
+from statekeeper.stores.base import KeyValueBytesStore, Value, WrappedKeyValueStore
 from statekeeper.stores.lru import LRUKeyValueStore
 from statekeeper.stores.window import WindowBytesStore, changelog_window_key
 
@@ -23,24 +23,16 @@ def check_key(store: str, key: bytes) -> None:
         )
 
 
-class ChangeLoggingKeyValueStore(KeyValueBytesStore):
+class ChangeLoggingKeyValueStore(WrappedKeyValueStore):
     """Logs absolute values (invariant 1): replaying a record twice is harmless."""
 
     def __init__(self, wrapped: KeyValueBytesStore, sink: ChangelogSink) -> None:
-        self.wrapped = wrapped
-        self.name = wrapped.name
-        self.persistent = wrapped.persistent
+        super().__init__(wrapped)
         self._sink = sink
         self._logs_evictions = isinstance(wrapped, LRUKeyValueStore)
         if self._logs_evictions:
             # An evicted key must not come back on restore: log its removal.
             wrapped.add_eviction_listener(lambda key, _value: sink(key, None))
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.wrapped.get(key)
-
-    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        return self.wrapped.get_many(keys)
 
     def put(self, key: bytes, value: Value) -> None:
         check_key(self.name, key)
@@ -62,46 +54,12 @@ class ChangeLoggingKeyValueStore(KeyValueBytesStore):
         for key, value in items:
             sink(key, value)
 
-    def range(
-        self, start: bytes | None, end: bytes | None, *, reverse: bool = False
-    ) -> Iterator[tuple[bytes, bytes]]:
-        return self.wrapped.range(start, end, reverse=reverse)
-
     def delete_range(self, start: bytes, end: bytes) -> None:
         # Logged key by key: a compacted changelog has no range tombstones.
         for key, _ in list(self.wrapped.range(start, end)):
             if key < end:
                 self._sink(key, None)
         self.wrapped.delete_range(start, end)
-
-    def approximate_num_entries(self) -> int:
-        return self.wrapped.approximate_num_entries()
-
-    def flush(self) -> None:
-        self.wrapped.flush()
-
-    def commit(self, metadata: StoreMetadata) -> None:
-        self.wrapped.commit(metadata)
-
-    def read_metadata(self) -> StoreMetadata:
-        return self.wrapped.read_metadata()
-
-    def restore_batch(
-        self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None
-    ) -> None:
-        self.wrapped.restore_batch(records, metadata)
-
-    def finish_restore(self) -> None:
-        self.wrapped.finish_restore()
-
-    def discard(self) -> None:
-        self.wrapped.discard()
-
-    def wipe(self) -> None:
-        self.wrapped.wipe()
-
-    def close(self) -> None:
-        self.wrapped.close()
 
 
 class ChangeLoggingWindowStore:

@@ -43,6 +43,40 @@ class _TypedStore:
         except SerdeError as exc:
             raise SerdeError(f"store {self.name!r}, key {key!r}: stored value: {exc}") from exc
 
+    # Lifecycle, driven by the task state manager; `wrapped` is set by the subclass.
+    wrapped: Any
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()
+
+    def flush(self) -> None:
+        with _Timer(self.metrics, "flush"):
+            self.wrapped.flush()
+
+    def commit(self, metadata: StoreMetadata) -> None:
+        with _Timer(self.metrics, "commit"):
+            self.wrapped.commit(metadata)
+
+    def discard(self) -> None:
+        self.wrapped.discard()
+
+    def read_metadata(self) -> StoreMetadata:
+        return self.wrapped.read_metadata()
+
+    def restore_batch(
+        self, records: list[tuple[bytes, bytes | None]], metadata: StoreMetadata | None
+    ) -> None:
+        self.wrapped.restore_batch(records, metadata)
+
+    def finish_restore(self) -> None:
+        self.wrapped.finish_restore()
+
+    def wipe(self) -> None:
+        self.wrapped.wipe()
+
+    def close(self) -> None:
+        self.wrapped.close()
+
     def _key(self, data: bytes) -> Any:
         try:
             return self.key_serde.deserialize(data)
@@ -120,39 +154,9 @@ class KeyValueStore(_TypedStore, Generic[K, V]):
     def all(self) -> Iterator[tuple[K, V]]:
         return self._typed(self.wrapped.all(), "all")
 
-    def approximate_num_entries(self) -> int:
-        return self.wrapped.approximate_num_entries()
-
-    # Lifecycle, driven by the task state manager.
-    def flush(self) -> None:
-        with _Timer(self.metrics, "flush"):
-            self.wrapped.flush()
-
-    def commit(self, metadata: StoreMetadata) -> None:
-        with _Timer(self.metrics, "commit"):
-            self.wrapped.commit(metadata)
-
-    def discard(self) -> None:
-        self.wrapped.discard()
-
-    def read_metadata(self) -> StoreMetadata:
-        return self.wrapped.read_metadata()
-
-    def restore_batch(self, records, metadata) -> None:  # type: ignore[no-untyped-def]
-        self.wrapped.restore_batch(records, metadata)
-
     def committed_value(self, changelog_key: bytes) -> bytes | None:
         """The value this store holds for a changelog key (used to revert an uncommitted tail)."""
         return self.wrapped.get(changelog_key)
-
-    def finish_restore(self) -> None:
-        self.wrapped.finish_restore()
-
-    def wipe(self) -> None:
-        self.wrapped.wipe()
-
-    def close(self) -> None:
-        self.wrapped.close()
 
 
 class WindowStore(_TypedStore, Generic[K, V]):
@@ -193,35 +197,7 @@ class WindowStore(_TypedStore, Generic[K, V]):
     def observed_stream_time(self) -> int:
         return self.wrapped.observed_stream_time
 
-    def approximate_num_entries(self) -> int:
-        return self.wrapped.approximate_num_entries()
-
-    def flush(self) -> None:
-        self.wrapped.flush()
-
-    def commit(self, metadata: StoreMetadata) -> None:
-        with _Timer(self.metrics, "commit"):
-            self.wrapped.commit(metadata)
-
-    def discard(self) -> None:
-        self.wrapped.discard()
-
-    def read_metadata(self) -> StoreMetadata:
-        return self.wrapped.read_metadata()
-
-    def restore_batch(self, records, metadata) -> None:  # type: ignore[no-untyped-def]
-        self.wrapped.restore_batch(records, metadata)
-
     def committed_value(self, changelog_key: bytes) -> bytes | None:
         """The value this store holds for a changelog key (used to revert an uncommitted tail)."""
         key, window_start = split_changelog_window_key(changelog_key)
         return self.wrapped.fetch(key, window_start)
-
-    def finish_restore(self) -> None:
-        self.wrapped.finish_restore()
-
-    def wipe(self) -> None:
-        self.wrapped.wipe()
-
-    def close(self) -> None:
-        self.wrapped.close()
