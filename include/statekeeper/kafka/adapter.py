@@ -158,7 +158,10 @@ _MB = 1024 * 1024
 
 def kafka_client_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     """Settings shared by every client (admin, producer, consumer)."""
-    return _merge({"bootstrap.servers": bootstrap, "client.id": "statekeeper"}, overrides)
+    # log_level 4: keep warnings and errors, drop the info-level "Disconnected" chatter that
+    # every client prints when a broker closes idle connections.
+    base = {"bootstrap.servers": bootstrap, "client.id": "statekeeper", "log_level": 4}
+    return _merge(base, overrides)
 
 
 def consumer_config(
