@@ -15,6 +15,7 @@ markers written) is rolled forward too, because step 2 proved all records were a
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -118,8 +119,6 @@ class TaskStateManager:
             # Invariant 4: unreadable local files are wiped and rebuilt from the changelog.
             reason = f"corrupt local state, wiped: {exc}"
             log.warning("task %s: %s", self.task_id, reason)
-            import shutil
-
             shutil.rmtree(path, ignore_errors=True)
             store = build_store(spec, path, sink)
         self._slots[spec.name] = _StoreSlot(spec, store, topic)
@@ -140,74 +139,70 @@ class TaskStateManager:
             key=lambda o: o.last_marker.batch_id,  # type: ignore[union-attr]
             default=None,
         )
-        lead_batch = leader.last_marker.batch_id if leader else None  # type: ignore[union-attr]
-        to_mark: list[tuple[RestoreOutcome, list[tuple[bytes, bytes | None]]]] = []
+        lead = leader.last_marker if leader else None
+        # Per store to finish: records to apply locally, records to log to its changelog.
+        Records = list[tuple[bytes, bytes | None]]
+        to_mark: list[tuple[RestoreOutcome, Records, Records]] = []
         for outcome in outcomes:
-            behind = lead_batch is not None and (
-                outcome.last_marker is None or outcome.last_marker.batch_id < lead_batch
+            store = outcome.job.store
+            behind = lead is not None and (
+                outcome.last_marker is None or outcome.last_marker.batch_id < lead.batch_id
             )
             if behind:
                 # Some markers of the leader's batch were written, so all its records were
                 # acked before: the tail is that batch. Apply it and finish the commit.
-                outcome.job.store.restore_batch(outcome.tail, None)
-                to_mark.append((outcome, []))
+                to_mark.append((outcome, outcome.tail, []))
                 log.warning(
                     "task %s: store %s rolled forward to batch %s (%d tail records)",
                     self.task_id,
-                    outcome.job.store.name,
-                    lead_batch,
+                    store.name,
+                    lead.batch_id,  # type: ignore[union-attr]
                     len(outcome.tail),
                 )
             elif outcome.tail:
                 # An attempt crashed before its markers: revert its records in the changelog
                 # to the committed values, so a later full restore cannot pick them up.
-                store = outcome.job.store
-                seen: dict[bytes, None] = dict.fromkeys(k for k, _ in outcome.tail)
-                revert = [(k, store.committed_value(k)) for k in seen]
-                to_mark.append((outcome, revert))
+                revert = [(k, store.committed_value(k)) for k, _ in outcome.tail]
+                to_mark.append((outcome, [], revert))
                 log.info(
                     "task %s: store %s: reverting %d uncommitted changelog records",
                     self.task_id,
                     store.name,
-                    len(outcome.tail),
+                    len(revert),
                 )
         if not to_mark:
             return
-        assert leader is not None and leader.last_marker is not None or lead_batch is None
-        for outcome, revert in to_mark:
+        for outcome, _, revert in to_mark:
             for key, value in revert:
                 self.writer.send(outcome.job.topic, self.partition, key, value)
         self.writer.flush(self.commit_timeout_s)
-        markers = []
-        for outcome, _ in to_mark:
-            base = leader.last_marker if leader and leader.last_marker else None
-            markers.append(
-                (
-                    outcome.job.topic,
-                    self.partition,
-                    CommitMarker(
-                        batch_id=base.batch_id if base else -1,
-                        task_id=self.task_id,
-                        store=outcome.job.store.name,
-                        source_offsets=dict(base.source_offsets) if base else {},
-                    ),
-                )
+        markers = [
+            (
+                outcome.job.topic,
+                self.partition,
+                CommitMarker(
+                    batch_id=lead.batch_id if lead else -1,
+                    task_id=self.task_id,
+                    store=outcome.job.store.name,
+                    source_offsets=dict(lead.source_offsets) if lead else {},
+                ),
             )
+            for outcome, _, _ in to_mark
+        ]
         offsets = self.writer.write_markers(markers, self.commit_timeout_s)
-        for (outcome, _), (topic, partition, marker) in zip(to_mark, markers, strict=True):
+        for (outcome, apply, _), (topic, partition, marker) in zip(to_mark, markers, strict=True):
             meta = StoreMetadata(
                 offsets[(topic, partition)], marker.batch_id, marker.source_offsets
             )
-            outcome.job.store.restore_batch([], meta)
+            outcome.job.store.restore_batch(apply, meta)
             outcome.last_marker, outcome.marker_offset = marker, meta.changelog_offset
 
     def _agreed_metadata(self) -> StoreMetadata:
-        metas = [slot.store.read_metadata() for slot in self._slots.values()]
-        logged = [
-            m for m, slot in zip(metas, self._slots.values(), strict=True) if slot.topic
-        ] or metas
+        """The least advanced logged store's metadata (after reconcile they all agree)."""
+        slots = [s for s in self._slots.values() if s.topic] or list(self._slots.values())
+        metas = [slot.store.read_metadata() for slot in slots]
         return min(
-            logged, key=lambda m: -1 if m.batch_id is None else m.batch_id, default=StoreMetadata()
+            metas, key=lambda m: -1 if m.batch_id is None else m.batch_id, default=StoreMetadata()
         )
 
     # -- processing-side API ---------------------------------------------------------------
