@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from operator import methodcaller
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from statekeeper.changelog.listeners import BaseRestoreListener, StateRestoreListener
 from statekeeper.changelog.records import MARKER_KEY, CommitMarker
@@ -27,6 +27,7 @@ from statekeeper.errors import (
 from statekeeper.stores.base import StoreMetadata
 
 _CONSUME_CHUNK = 20_000
+_MISSING_TOPIC = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION)
 _POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (ENVIRONMENT.md)
 
 
@@ -168,7 +169,11 @@ class ChangelogRestorer:
             return consumer.get_watermark_offsets(
                 TopicPartition(job.topic, job.partition), timeout=self.timeout_s, cached=False
             )
-        except Exception as exc:
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() in _MISSING_TOPIC:
+                raise ChangelogTopicError(
+                    f"changelog {job.topic}[{job.partition}] does not exist: {exc}"
+                ) from exc
             raise BrokerUnavailableError(
                 f"cannot read offsets of changelog {job.topic}[{job.partition}] within "
                 f"{self.timeout_s:.0f} s: {exc}"
@@ -276,7 +281,7 @@ class ChangelogRestorer:
                 if err.code() == KafkaError._PARTITION_EOF:
                     eof = True
                     continue
-                if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                if err.code() in _MISSING_TOPIC:
                     raise ChangelogTopicError(
                         f"changelog {where} does not exist: {err.str()}; create the app's "
                         "changelog topics (statekeeper creates them at start) or fix the name"
