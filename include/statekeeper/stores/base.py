@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -179,6 +180,18 @@ class WrappedKeyValueStore(KeyValueBytesStore):
 
     def close(self) -> None:
         self.wrapped.close()
+
+
+class VolatileMetadataMixin:
+    """Metadata of a store that lives only in memory (lost with the process, restored fully)."""
+
+    _metadata: StoreMetadata
+
+    def commit(self, metadata: StoreMetadata) -> None:
+        self._metadata = copy.deepcopy(metadata)
+
+    def read_metadata(self) -> StoreMetadata:
+        return copy.deepcopy(self._metadata)
 
 
 def in_range(key: bytes, start: bytes | None, end: bytes | None) -> bool:

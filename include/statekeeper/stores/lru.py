@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
@@ -12,13 +11,14 @@ from statekeeper.stores.base import (
     KeyValueBytesStore,
     StoreMetadata,
     Value,
+    VolatileMetadataMixin,
     in_range,
 )
 
 EvictionListener = Callable[[bytes, bytes], None]
 
 
-class LRUKeyValueStore(ClosableMixin, KeyValueBytesStore):
+class LRUKeyValueStore(VolatileMetadataMixin, ClosableMixin, KeyValueBytesStore):
     """At most ``capacity`` entries; a put beyond it evicts the least recently used one.
 
     Evictions are reported to listeners (the change-logging layer logs them as tombstones,
@@ -73,12 +73,6 @@ class LRUKeyValueStore(ClosableMixin, KeyValueBytesStore):
 
     def approximate_num_entries(self) -> int:
         return len(self._data)
-
-    def commit(self, metadata: StoreMetadata) -> None:
-        self._metadata = copy.deepcopy(metadata)
-
-    def read_metadata(self) -> StoreMetadata:
-        return copy.deepcopy(self._metadata)
 
     def restore_batch(
         self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None

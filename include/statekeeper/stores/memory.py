@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 
 from sortedcontainers import SortedDict
 
-from statekeeper.stores.base import ClosableMixin, KeyValueBytesStore, StoreMetadata, Value
+from statekeeper.stores.base import (
+    ClosableMixin,
+    KeyValueBytesStore,
+    StoreMetadata,
+    Value,
+    VolatileMetadataMixin,
+)
 
 
-class InMemoryKeyValueStore(ClosableMixin, KeyValueBytesStore):
+class InMemoryKeyValueStore(VolatileMetadataMixin, ClosableMixin, KeyValueBytesStore):
     """Sorted dict of bytes, so range and prefix scans work as on RocksDB."""
 
     persistent = False
@@ -48,12 +53,6 @@ class InMemoryKeyValueStore(ClosableMixin, KeyValueBytesStore):
 
     def approximate_num_entries(self) -> int:
         return len(self._data)
-
-    def commit(self, metadata: StoreMetadata) -> None:
-        self._metadata = copy.deepcopy(metadata)
-
-    def read_metadata(self) -> StoreMetadata:
-        return copy.deepcopy(self._metadata)
 
     def restore_batch(
         self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None
