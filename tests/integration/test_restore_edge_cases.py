@@ -148,24 +148,23 @@ def test_second_process_gets_lock_error_naming_holder(broker, tmp_path, topic_na
     task.close()
 
 
-def test_undecodable_marker_is_a_clear_error(broker, tmp_path, topic_name):
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (MARKER_KEY, b"{not json", "undecodable commit marker.*offset 0"),
+        (None, b"x", "null key"),
+    ],
+    ids=["undecodable-marker", "null-key"],
+)
+def test_corrupt_changelog_record_is_a_clear_error(
+    broker, tmp_path, topic_name, key, value, message
+):
     env = _env(broker, tmp_path, topic_name)
     env.ensure_changelogs(SPECS, 1)
     producer = Producer(producer_config(broker.bootstrap_servers))
-    producer.produce(changelog_topic(topic_name, "kv"), b"{not json", MARKER_KEY, 0)
+    producer.produce(changelog_topic(topic_name, "kv"), value, key, 0)
     producer.flush(10)
-    with pytest.raises(ChangelogCorruptError, match="undecodable commit marker.*offset 0"):
-        env.task("0_0", 0, SPECS).open()
-    env.close()
-
-
-def test_null_key_record_is_a_clear_error(broker, tmp_path, topic_name):
-    env = _env(broker, tmp_path, topic_name)
-    env.ensure_changelogs(SPECS, 1)
-    producer = Producer(producer_config(broker.bootstrap_servers))
-    producer.produce(changelog_topic(topic_name, "kv"), b"x", None, 0)
-    producer.flush(10)
-    with pytest.raises(ChangelogCorruptError, match="null key"):
+    with pytest.raises(ChangelogCorruptError, match=message):
         env.task("0_0", 0, SPECS).open()
     env.close()
 
