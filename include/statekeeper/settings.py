@@ -35,6 +35,31 @@ class StatekeeperSettings(BaseSettings):
     broker_timeout_s: float = Field(
         15.0, gt=0, description="How long to wait for the broker before failing"
     )
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        "exactly_once",
+        description="exactly_once: Kafka transactions for outputs where the broker supports "
+        "them, else outputs deduplicated by their sk.* headers; state is exact in both modes",
+    )
+    max_records_per_batch: int = Field(
+        250_000, ge=1, description="Source records admitted per micro-batch (all partitions)"
+    )
+    trigger_interval_ms: int = Field(
+        500, ge=10, description="Micro-batch trigger interval (non-zero: an idle query polls)"
+    )
+    starting_offsets: str = Field(
+        "earliest", description='earliest | latest | JSON {"topic": {"0": offset}}'
+    )
+    checkpoint_dir: Path = Field(
+        Path("var/checkpoints"), description="Spark checkpoints, one subdirectory per app"
+    )
+    status_host: str = Field("127.0.0.1", description="Status endpoint bind address")
+    status_port: int | None = Field(
+        0, ge=0, le=65535, description="Status endpoint port; 0 picks a free one, None disables"
+    )
+    status_file: Path | None = Field(
+        None, description="Status JSON for supervisors; default <state_dir>/<app>/status.json"
+    )
+    spark_master: str = Field("local[2]", description="Spark master when not set by spark-submit")
     embedded_broker_port: int = Field(9092, ge=1, le=65535)
     embedded_broker_dir: Path = Field(Path("var/broker"), description="Embedded broker run dir")
 

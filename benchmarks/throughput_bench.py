@@ -1,0 +1,671 @@
+"""Throughput benchmark: a stateful count over 1M records / 100k keys / 4 partitions, on Spark.
+
+One run produces the data once to an embedded broker and pushes it, one contender after
+the other, through:
+  statekeeper        StatekeeperApp (offset ranges through Spark, tasks read Kafka + RocksDB)
+  tws_pandas         transformWithStateInPandas, a per-key ValueState count (RocksDB provider)
+  apply_in_pandas    applyInPandasWithState, a per-key count
+  jvm_count          groupBy("key").count() in update mode to the noop sink
+  raw_consume        tuned confluent-kafka consumers, one thread per partition, to EOF
+The Spark peers read the same topic through the ``statekeeper_kafka`` Python data source.
+Every contender in one comparison admits the same ``maxRecordsPerBatch``. Steady-state rates
+exclude the first micro-batch (Python workers and state stores start there); from-start
+rates divide all records by the wall time from query start to the last commit. Peers too
+slow for 1M records read a prefix topic holding the first ``--prefix-records`` records.
+Prints one JSON object on stdout, progress on stderr.
+Usage: python benchmarks/throughput_bench.py [--records N] [--keys K] [--batch B] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+from statekeeper.kafka.adapter import consumer_config, producer_config
+from statekeeper.kafka.admin import ensure_topic, make_admin
+from statekeeper.kafka.embedded import EmbeddedBroker
+
+PARTITIONS = 4
+TOPIC, PREFIX_TOPIC = "tput-input", "tput-input-prefix"
+STORE = "counts"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_T0 = time.perf_counter()
+
+
+def say(message: str) -> None:
+    print(f"[{time.perf_counter() - _T0:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+# -- data ------------------------------------------------------------------------------------
+
+
+def key_ids(records: int, keys: int, seed: int = 7) -> Any:
+    """Uniformly random keys, record i on partition i % 4 and key % 4 == partition, so every
+    partition holds exactly records/4 records and a key always lands on one partition."""
+    import numpy as np
+
+    per_partition = keys // PARTITIONS
+    slots = np.random.default_rng(seed).integers(0, per_partition, records)
+    return slots * PARTITIONS + np.arange(records) % PARTITIONS
+
+
+def produce(bootstrap: str, topic: str, ids: Any) -> float:
+    """Produce one record per key id (key ``k%06d``, value the record number); seconds."""
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 20}))
+    started = time.perf_counter()
+    for i, key in enumerate(ids.tolist()):
+        while True:
+            try:
+                producer.produce(topic, b"%d" % i, b"k%06d" % key, key % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(60) != 0:
+        raise RuntimeError(f"records to {topic} were not delivered")
+    return time.perf_counter() - started
+
+
+def raw_consume(bootstrap: str, topic: str, timeout_s: float = 60.0) -> tuple[int, float]:
+    """Every partition to EOF, one tuned consumer per partition in parallel threads."""
+
+    def one(p: int) -> int:
+        consumer = Consumer(consumer_config(bootstrap, **{"fetch.wait.max.ms": 10}))
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+        n, deadline = 0, time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                msgs = consumer.consume(20_000, 0.05)
+                last = msgs[-1].error() if msgs else None
+                if last is not None and last.code() == KafkaError._PARTITION_EOF:
+                    return n + len(msgs) - 1
+                n += len(msgs)
+            raise TimeoutError(f"{topic}[{p}] not at EOF after {timeout_s}s")
+        finally:
+            consumer.close()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(PARTITIONS) as pool:
+        total = sum(pool.map(one, range(PARTITIONS)))
+    return total, time.perf_counter() - started
+
+
+# -- batch metrics -------------------------------------------------------------------------
+
+
+def summarise(batches: list[dict[str, Any]], started: float, expected: int) -> dict[str, Any]:
+    """Rates from per-batch ``records`` and ``seconds`` (trigger → commit) and ``end``
+    (epoch seconds of the commit). Steady state excludes the first batch."""
+    batches = [b for b in batches if b["records"] > 0]
+    records = sum(b["records"] for b in batches)
+    out: dict[str, Any] = {
+        "records": records,
+        "expected_records": expected,
+        "complete": records >= expected,
+        "batches": len(batches),
+        "batch_records": [b["records"] for b in batches],
+        "batch_seconds": [round(b["seconds"], 3) for b in batches],
+        "first_batch_s": round(batches[0]["seconds"], 3) if batches else None,
+    }
+    steady = batches[1:]
+    steady_s = sum(b["seconds"] for b in steady)
+    out["steady_rps"] = round(sum(b["records"] for b in steady) / steady_s) if steady_s else None
+    wall = batches[-1]["end"] - started if batches else 0
+    out["from_start_rps"] = round(records / wall) if wall > 0 else None
+    out["from_start_seconds"] = round(wall, 3)
+    if steady:
+        secs = [b["seconds"] for b in steady]
+        out["p50_batch_latency_s"] = round(statistics.median(secs), 3)
+        out["max_batch_latency_s"] = round(max(secs), 3)
+    return out
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def progress_batches(progress: list[Any]) -> list[dict[str, Any]]:
+    """Per-batch numbers of a Spark query from its StreamingQueryProgress objects."""
+    out = []
+    for p in sorted(progress, key=lambda p: p.batchId):
+        trigger_ms = p.durationMs.get("triggerExecution", 0)
+        out.append(
+            {
+                "batch_id": p.batchId,
+                "records": p.numInputRows,
+                "seconds": trigger_ms / 1000,
+                "add_batch_s": p.durationMs.get("addBatch", 0) / 1000,
+                "end": _epoch(p.timestamp) + trigger_ms / 1000,
+            }
+        )
+    return out
+
+
+class ProgressLog:
+    """Collects the StreamingQueryProgress of every query of a session, by query name
+    (the statekeeper app owns its query object; its progress reaches us this way)."""
+
+    def __init__(self, spark: Any) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.by_name: dict[str, list[Any]] = defaultdict(list)
+        log = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                log.by_name[event.progress.name].append(event.progress)
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        self.listener = _Listener()
+        spark.streams.addListener(self.listener)
+
+
+# -- Spark ---------------------------------------------------------------------------------
+
+
+def spark_session() -> Any:
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("statekeeper-throughput-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.stopTimeout", "60s")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def kafka_frame(spark: Any, bootstrap: str, topic: str, batch: int) -> Any:
+    """The topic as a streaming DataFrame with Spark's Kafka columns (worker A's source)."""
+    return (
+        spark.readStream.format("statekeeper_kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerBatch", str(batch))
+        .load()
+    )
+
+
+def jvm_count(df: Any) -> Any:
+    return df.groupBy("key").count()
+
+
+def apply_in_pandas_count(df: Any) -> Any:
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    def count(key: tuple[bytes], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        n = sum(len(f) for f in frames)
+        total = (state.get[0] if state.exists else 0) + n
+        state.update((total,))
+        yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+    return (
+        df.select("key")
+        .groupBy("key")
+        .applyInPandasWithState(
+            count, "key binary, count long", "count long", "Update", GroupStateTimeout.NoTimeout
+        )
+    )
+
+
+def tws_pandas_count(df: Any) -> Any:
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    class CountProcessor(StatefulProcessor):
+        """count(key) in a ValueState, emitted on every update."""
+
+        def init(self, handle: Any) -> None:
+            self.count = handle.getValueState(
+                "count", StructType([StructField("count", LongType())])
+            )
+
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Any:
+            import pandas as pd
+
+            n = sum(len(f) for f in rows)
+            current = self.count.get()  # None when absent: one state call, not two
+            total = (current[0] if current else 0) + n
+            self.count.update((total,))
+            yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+        def close(self) -> None:
+            pass
+
+    return (
+        df.select("key")
+        .groupBy("key")
+        .transformWithStateInPandas(CountProcessor(), "key binary, count long", "Update", "None")
+    )
+
+
+def run_peer(
+    spark: Any,
+    name: str,
+    frame: Any,
+    transform: Callable[[Any], Any],
+    expected: int,
+    checkpoint: Path,
+    *,
+    trigger_ms: int,
+    timeout_s: float,
+    provider: str | None = None,
+) -> dict[str, Any]:
+    """Start ``transform(frame)`` to the noop sink, stop once ``expected`` rows went through
+    (or at ``timeout_s``), return its batch metrics."""
+    conf_key = "spark.sql.streaming.stateStore.providerClass"
+    if provider:
+        spark.conf.set(conf_key, provider)
+    else:
+        spark.conf.unset(conf_key)
+    say(f"{name}: starting ({expected} records)")
+    started = time.time()
+    query = (
+        transform(frame)
+        .writeStream.queryName(name)
+        .format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .start()
+    )
+    deadline, seen, error = time.monotonic() + timeout_s, 0, None
+    try:
+        while time.monotonic() < deadline:
+            if query.awaitTermination(0.2):
+                error = str(query.exception())
+                break
+            rows = sum(p.numInputRows for p in query.recentProgress)
+            if rows != seen:
+                seen = rows
+                say(f"{name}: {rows}/{expected} rows")
+            if rows >= expected:
+                break
+    finally:
+        query.stop()
+        spark.conf.unset(conf_key)
+    result = summarise(progress_batches(query.recentProgress), started, expected)
+    result["state_store_provider"] = (provider or "HDFSBackedStateStoreProvider").rsplit(".")[-1]
+    if error:
+        result["error"] = error
+    if not result["complete"]:
+        result["timed_out_after_s"] = timeout_s
+    say(f"{name}: steady {result['steady_rps']} rec/s, from start {result['from_start_rps']}")
+    return result
+
+
+def state_total(spark: Any, checkpoint: Path, column: str, **options: str) -> dict[str, Any]:
+    """Sum and row count of a count column in a stopped query's state (state data source)."""
+    from pyspark.sql import functions as F
+
+    try:
+        reader = spark.read.format("statestore")
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        row = (
+            reader.load(str(checkpoint))
+            .agg(F.sum(column).alias("total"), F.count(F.lit(1)).alias("keys"))
+            .first()
+        )
+        return {"state_total": int(row["total"] or 0), "state_keys": int(row["keys"])}
+    except Exception as exc:  # verification is best-effort; the rate stands without it
+        return {"state_check_error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+
+
+# -- statekeeper -----------------------------------------------------------------------------
+
+
+def count_topology(topic: str) -> Any:
+    from statekeeper.runtime.dsl import Materialized, StreamsBuilder
+
+    builder = StreamsBuilder()
+    builder.stream(topic, key_serde="bytes", value_serde="bytes").group_by_key().count(
+        Materialized.as_(STORE)
+    )
+    return builder.build()
+
+
+def run_statekeeper(
+    bootstrap: str,
+    topic: str,
+    batch: int,
+    expected: int,
+    work: Path,
+    progress: ProgressLog,
+    *,
+    trigger_ms: int,
+    timeout_s: float,
+) -> dict[str, Any]:
+    from statekeeper.runtime.spark_app import StatekeeperApp
+    from statekeeper.runtime.store_reader import read_store
+    from statekeeper.settings import StatekeeperSettings
+
+    app_id = f"tput-sk-{batch}"
+    settings = StatekeeperSettings(
+        bootstrap_servers=bootstrap,
+        application_id=app_id,
+        state_dir=work / "state",
+        checkpoint_dir=work / "checkpoints",
+        max_records_per_batch=batch,
+        trigger_interval_ms=trigger_ms,
+        starting_offsets="earliest",
+        status_port=None,
+    )
+    topology = count_topology(topic)
+    app = StatekeeperApp(topology, settings)
+    say(f"statekeeper: starting, {batch}-record batches ({expected} records)")
+    watchdog = threading.Timer(timeout_s, app.stop)
+    watchdog.daemon = True
+    watchdog.start()
+    started = time.time()
+    try:
+        app.run(stop_when_idle=True, idle_s=1.0)
+    finally:
+        watchdog.cancel()
+    time.sleep(0.5)  # the listener bus delivers the last progress event asynchronously
+    spark_batches = {b["batch_id"]: b for b in progress_batches(progress.by_name[app_id])}
+    batches = []
+    for b in app.batches:
+        p = spark_batches.get(b["batch_id"])
+        batches.append(
+            {
+                "batch_id": b["batch_id"],
+                "records": b["records"],
+                # trigger → commit as Spark measured it, else the app's foreachBatch time
+                "seconds": p["seconds"] if p else b["seconds"],
+                "foreach_batch_s": b["seconds"],
+                "end": p["end"] if p else b["finished_at"],
+            }
+        )
+    result = summarise(batches, started, expected)
+    result["latency_source"] = (
+        "spark triggerExecution" if len(spark_batches) >= len(app.batches) else "app foreachBatch"
+    )
+    fb = [b["foreach_batch_s"] for b in batches[1:] if b["records"]]
+    if fb:
+        result["steady_rps_foreach_batch_time"] = round(
+            sum(b["records"] for b in batches[1:] if b["records"]) / sum(fb)
+        )
+    t0 = time.perf_counter()
+    counts = read_store(settings, topology, STORE, PARTITIONS)
+    result["state_total"] = int(sum(counts.values()))
+    result["state_keys"] = len(counts)
+    result["state_read_s"] = round(time.perf_counter() - t0, 3)
+    say(f"statekeeper: steady {result['steady_rps']} rec/s, from start {result['from_start_rps']}")
+    return result
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+class Budget:
+    """Wall-clock budget of the whole run: the slow peers get what is left."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+
+    def left(self, reserve_s: float = 0.0) -> float:
+        return self.deadline - time.monotonic() - reserve_s
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument(
+        "--prefix-records",
+        type=int,
+        default=100_000,
+        help="records read by the slow Python stateful peers (a prefix of the same data)",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=50_000,
+        help="maxRecordsPerBatch of the main comparison (every contender)",
+    )
+    parser.add_argument(
+        "--large-batch",
+        type=int,
+        default=250_000,
+        help="maxRecordsPerBatch of the statekeeper vs JVM count comparison (0 skips it)",
+    )
+    parser.add_argument("--trigger-ms", type=int, default=100)
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=330.0,
+        help="wall-clock budget; the slow peers stop early (reported incomplete) to keep it",
+    )
+    parser.add_argument("--timeout-s", type=float, default=150.0, help="cap per contender")
+    parser.add_argument("--skip", default="", help="comma list of: sk,jvm,large,tws,apply")
+    parser.add_argument("--output", help="also write the JSON here")
+    return parser.parse_args()
+
+
+def run_contenders(
+    args: argparse.Namespace, bootstrap: str, work: Path, budget: Budget
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Every Spark contender, one after the other on one session. The fast ones run first;
+    the slow Python stateful peers run last on what is left of the budget."""
+    skip = set(filter(None, args.skip.split(",")))
+    spark = spark_session()
+    from statekeeper.runtime.kafka_source import register_sources
+
+    register_sources(spark)
+    progress = ProgressLog(spark)
+    # Start the session's Python workers once, so no contender pays for that alone.
+    spark.sparkContext.parallelize(range(4), 2).map(lambda x: x).collect()
+    say("spark session ready")
+
+    def opts(share: float = 1.0) -> dict[str, Any]:
+        left = max(20.0, budget.left(reserve_s=15.0) * share)
+        return {"trigger_ms": args.trigger_ms, "timeout_s": min(args.timeout_s, left)}
+
+    def frame(topic: str, batch: int) -> Any:
+        return kafka_frame(spark, bootstrap, topic, batch)
+
+    results: dict[str, dict[str, Any]] = {}
+    large: dict[str, Any] = {"batch_records": args.large_batch}
+    n, prefix = args.records, args.prefix_records
+    if "sk" not in skip:
+        results["statekeeper"] = run_statekeeper(
+            bootstrap, TOPIC, args.batch, n, work / "sk", progress, **opts()
+        )
+    if "jvm" not in skip:
+        results["jvm_count"] = run_peer(
+            spark, "jvm_count", frame(TOPIC, args.batch), jvm_count, n, work / "jvm", **opts()
+        )
+        results["jvm_count"].update(state_total(spark, work / "jvm", "value.count"))
+    if args.large_batch and "large" not in skip:
+        sk_l = run_statekeeper(
+            bootstrap, TOPIC, args.large_batch, n, work / "sk-large", progress, **opts()
+        )
+        jvm_l = run_peer(
+            spark,
+            "jvm_count_large",
+            frame(TOPIC, args.large_batch),
+            jvm_count,
+            n,
+            work / "jvm-large",
+            **opts(),
+        )
+        jvm_l.update(state_total(spark, work / "jvm-large", "value.count"))
+        large.update(
+            statekeeper_rps=sk_l["steady_rps"],
+            jvm_count_rps=jvm_l["steady_rps"],
+            statekeeper_from_start_rps=sk_l["from_start_rps"],
+            jvm_count_from_start_rps=jvm_l["from_start_rps"],
+            statekeeper_p50_batch_latency_s=sk_l.get("p50_batch_latency_s"),
+            statekeeper_vs_jvm=ratio(sk_l["steady_rps"], jvm_l["steady_rps"]),
+            statekeeper_vs_jvm_from_start=ratio(sk_l["from_start_rps"], jvm_l["from_start_rps"]),
+            statekeeper=sk_l,
+            jvm_count=jvm_l,
+        )
+    if "tws" not in skip:
+        # transformWithStateInPandas is the slowest (~1.7k rows/s): 60 % of what is left.
+        results["tws_pandas"] = run_peer(
+            spark,
+            "tws_pandas",
+            frame(PREFIX_TOPIC, args.batch),
+            tws_pandas_count,
+            prefix,
+            work / "tws",
+            provider=ROCKSDB_PROVIDER,
+            **opts(0.6 if "apply" not in skip else 1),
+        )
+        results["tws_pandas"].update(
+            state_total(spark, work / "tws", "value.count", stateVarName="count")
+        )
+    if "apply" not in skip:
+        results["apply_in_pandas"] = run_peer(
+            spark,
+            "apply_in_pandas",
+            frame(PREFIX_TOPIC, args.batch),
+            apply_in_pandas_count,
+            prefix,
+            work / "apply",
+            **opts(),
+        )
+        results["apply_in_pandas"].update(
+            state_total(spark, work / "apply", "value.groupState.count")
+        )
+    spark.stop()
+    return results, large
+
+
+def main() -> None:
+    args = parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    budget = Budget(args.budget_s)
+    wall_started = time.perf_counter()
+    load_before = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="sk-throughput-bench-"))
+    result: dict[str, Any] = {
+        "benchmark": "throughput",
+        "records": args.records,
+        "keys": args.keys,
+        "partitions": PARTITIONS,
+        "batch_records": args.batch,
+        "large_batch_records": args.large_batch,
+        "prefix_records": args.prefix_records,
+        "trigger_ms": args.trigger_ms,
+        "spark_master": "local[2]",
+    }
+    try:
+        with EmbeddedBroker() as broker:
+            bootstrap = broker.bootstrap_servers
+            admin = make_admin(bootstrap)
+            ensure_topic(admin, TOPIC, PARTITIONS)
+            ensure_topic(admin, PREFIX_TOPIC, PARTITIONS)
+            ids = key_ids(args.records, args.keys)
+            result["distinct_keys"] = len(set(ids.tolist()))
+            say(f"producing {args.records} records ({result['distinct_keys']} distinct keys)")
+            result["produce_rps"] = round(args.records / produce(bootstrap, TOPIC, ids))
+            produce(bootstrap, PREFIX_TOPIC, ids[: args.prefix_records])
+
+            raw = [raw_consume(bootstrap, TOPIC) for _ in range(2)]
+            raw_n, raw_s = min(raw, key=lambda r: r[1])
+            result["raw_consume_rps"] = round(raw_n / raw_s)
+            result["raw_consume_runs_rps"] = [round(n / s) for n, s in raw]
+            result["raw_consume_records"] = raw_n
+            say(f"raw consume {result['raw_consume_rps']} rec/s")
+
+            contenders, large = run_contenders(args, bootstrap, work, budget)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def get(name: str, key: str) -> Any:
+        return contenders.get(name, {}).get(key)
+
+    sk_rps, raw_rps = get("statekeeper", "steady_rps"), result["raw_consume_rps"]
+    result.update(
+        statekeeper_rps=sk_rps,
+        tws_pandas_rps=get("tws_pandas", "steady_rps"),
+        apply_in_pandas_rps=get("apply_in_pandas", "steady_rps"),
+        jvm_count_rps=get("jvm_count", "steady_rps"),
+        statekeeper_from_start_rps=get("statekeeper", "from_start_rps"),
+        tws_pandas_from_start_rps=get("tws_pandas", "from_start_rps"),
+        apply_in_pandas_from_start_rps=get("apply_in_pandas", "from_start_rps"),
+        jvm_count_from_start_rps=get("jvm_count", "from_start_rps"),
+        raw_consume_from_start_rps=raw_rps,
+        statekeeper_p50_batch_latency_s=get("statekeeper", "p50_batch_latency_s"),
+        statekeeper_vs_tws=ratio(sk_rps, get("tws_pandas", "steady_rps")),
+        statekeeper_vs_apply_in_pandas=ratio(sk_rps, get("apply_in_pandas", "steady_rps")),
+        statekeeper_vs_jvm=ratio(sk_rps, get("jvm_count", "steady_rps")),
+        statekeeper_vs_raw=ratio(sk_rps, raw_rps),
+        statekeeper_vs_tws_from_start=ratio(
+            get("statekeeper", "from_start_rps"), get("tws_pandas", "from_start_rps")
+        ),
+        statekeeper_vs_jvm_from_start=ratio(
+            get("statekeeper", "from_start_rps"), get("jvm_count", "from_start_rps")
+        ),
+        records_per_contender={
+            "raw_consume": result["raw_consume_records"],
+            **{name: c["records"] for name, c in contenders.items()},
+        },
+        all_complete=all(c["complete"] for c in contenders.values()),
+        state_checks_ok=all(
+            c.get("state_total") == c["records"]
+            for c in [
+                *contenders.values(),
+                large.get("statekeeper", {}),
+                large.get("jvm_count", {}),
+            ]
+            if c
+        ),
+        large_batch=large,
+        contenders=contenders,
+        seconds=round(time.perf_counter() - wall_started, 1),
+        load_average_before_after=[round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        python=platform.python_version(),
+        cpus=os.cpu_count(),
+    )
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

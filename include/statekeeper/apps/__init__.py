@@ -1,0 +1,1 @@
+"""Example stateful apps built with the DSL (``module:build_topology`` for app specs)."""

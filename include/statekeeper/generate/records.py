@@ -1,0 +1,52 @@
+"""What a generator yields, and where a Java-compatible producer would store it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from statekeeper.generate.partitioning import Partitioner
+from statekeeper.kafka.model import KafkaRecord
+
+#: ``GeneratedRecord.late`` values: delivered a few seconds late (inside the 5 s grace of
+#: the patient app's windows, as far as the record's own window is concerned) or minutes
+#: late (beyond it). Whether a record is actually dropped depends on the stream time of the
+#: partition it lands in; the recomputation decides that.
+LATE_WITHIN_GRACE = "within_grace"
+LATE_BEYOND_GRACE = "beyond_grace"
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedRecord:
+    """One record to produce. ``malformed`` names the broken rule; ``late`` the lateness."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    malformed: str | None = None
+    late: str | None = None
+
+
+def place_records(
+    records: Iterable[GeneratedRecord], topic: str, partitions: int
+) -> dict[int, list[KafkaRecord]]:
+    """Records as a broker would hold them after :func:`~statekeeper.generate.producer.produce`.
+
+    Same partitioner as the producer (murmur2, round-robin for null keys), offsets from 0 in
+    production order. Lets tests and drills run the recomputation without a broker.
+    """
+    partitioner = Partitioner(partitions)
+    placed: dict[int, list[KafkaRecord]] = {p: [] for p in range(partitions)}
+    for record in records:
+        partition = partitioner(record.key)
+        log = placed[partition]
+        log.append(
+            KafkaRecord(topic, partition, len(log), record.timestamp_ms, record.key, record.value)
+        )
+    return placed
+
+
+def check_share(name: str, share: float) -> None:
+    """Raise ValueError unless ``0 <= share <= 1``."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"{name} must be between 0 and 1, got {share}")

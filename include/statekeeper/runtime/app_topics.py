@@ -1,0 +1,75 @@
+"""Before an app starts: check its source topics, create internal, changelog, DLQ and output
+topics, and derive the task set (one task per subtopology and input partition, R1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from statekeeper.changelog.topics import ensure_changelog_topics
+from statekeeper.errors import ConfigError
+from statekeeper.kafka.admin import ensure_topic, partition_count
+
+
+def dlq_topic(application_id: str) -> str:
+    """``<application_id>-dlq``: where undecodable or keyless records go."""
+    return f"{application_id}-dlq"
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """Partition counts of every topic the app reads, and its tasks."""
+
+    partitions: dict[str, int]  # source + repartition topics
+    tasks: list[tuple[int, int]]  # (subtopology, partition)
+
+    def task_id(self, subtopology: int, partition: int) -> str:
+        return f"{subtopology}_{partition}"
+
+
+def prepare_topics(admin: Any, topology: Any, application_id: str, timeout_s: float) -> TopicPlan:
+    """Create/check every topic of ``topology``; raise a clear error on anything missing."""
+    partitions: dict[str, int] = {}
+    missing = []
+    for topic in topology.source_topics(application_id):
+        count = partition_count(admin, topic, timeout_s)
+        if count is None:
+            missing.append(topic)
+        else:
+            partitions[topic] = count
+    if missing:
+        raise ConfigError(
+            f"source topic(s) {', '.join(sorted(missing))} do not exist; create them (e.g. "
+            "`statekeeper generate ...`) before starting the app"
+        )
+    width = max(partitions.values(), default=1)
+    for topic in topology.internal_topics(application_id):
+        ensure_topic(admin, topic, width, timeout_s=timeout_s)
+        partitions[topic] = width
+
+    for group in topology.copartition_groups(application_id):
+        counts = {topic: partitions[topic] for topic in group if topic in partitions}
+        if len(set(counts.values())) > 1:
+            raise ConfigError(
+                "topics joined or read by one subtopology must be co-partitioned (same "
+                f"partition count): {counts}"
+            )
+
+    tasks: list[tuple[int, int]] = []
+    for sub in topology.subtopologies:
+        sub_partitions = max(
+            (partitions[t] for t in topology.subtopology_topics(application_id, sub.id)),
+            default=0,
+        )
+        specs = topology.store_specs(sub.id)
+        if specs:
+            ensure_changelog_topics(
+                admin, application_id, specs, sub_partitions, timeout_s=timeout_s
+            )
+        tasks.extend((sub.id, p) for p in range(sub_partitions))
+
+    ensure_topic(admin, dlq_topic(application_id), width, timeout_s=timeout_s)
+    for topic in topology.output_topics(application_id):
+        if partition_count(admin, topic, timeout_s) is None:
+            ensure_topic(admin, topic, width, timeout_s=timeout_s)
+    return TopicPlan(partitions, tasks)

@@ -1,0 +1,76 @@
+"""App lifecycle states and listeners, mirroring Kafka Streams' ``KafkaStreams.State``."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable
+
+from statekeeper.errors import StatekeeperError
+
+log = logging.getLogger("statekeeper.app")
+
+
+class AppState(enum.Enum):
+    """Where an app is in its life (DESIGN.md R5)."""
+
+    CREATED = "CREATED"
+    REBALANCING = "REBALANCING"  # checking topics, planning tasks, starting Spark
+    RESTORING = "RESTORING"  # the first micro-batch: tasks open and restore their stores
+    RUNNING = "RUNNING"
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"  # stop asked: finishing the current batch
+    NOT_RUNNING = "NOT_RUNNING"
+    ERROR = "ERROR"
+
+    @property
+    def is_running_or_starting(self) -> bool:
+        return self in (AppState.REBALANCING, AppState.RESTORING, AppState.RUNNING)
+
+
+_ALLOWED: dict[AppState, set[AppState]] = {
+    AppState.CREATED: {AppState.REBALANCING, AppState.PENDING_SHUTDOWN, AppState.ERROR},
+    AppState.REBALANCING: {AppState.RESTORING, AppState.PENDING_SHUTDOWN, AppState.ERROR},
+    AppState.RESTORING: {AppState.RUNNING, AppState.PENDING_SHUTDOWN, AppState.ERROR},
+    AppState.RUNNING: {AppState.RESTORING, AppState.PENDING_SHUTDOWN, AppState.ERROR},
+    AppState.PENDING_SHUTDOWN: {AppState.NOT_RUNNING, AppState.ERROR},
+    AppState.NOT_RUNNING: set(),
+    AppState.ERROR: {AppState.PENDING_SHUTDOWN, AppState.NOT_RUNNING},
+}
+
+StateListener = Callable[[AppState, AppState], None]
+"""Called as ``listener(new_state, old_state)`` after every transition."""
+
+
+class AppStateMachine:
+    """Thread-safe state holder that enforces the allowed transitions and notifies listeners."""
+
+    def __init__(self, listeners: list[StateListener] | None = None) -> None:
+        self._state = AppState.CREATED
+        self._lock = threading.Lock()
+        self._listeners = list(listeners or [])
+        self.error: str | None = None
+
+    @property
+    def state(self) -> AppState:
+        return self._state
+
+    def add_listener(self, listener: StateListener) -> None:
+        self._listeners.append(listener)
+
+    def transition(self, new: AppState, *, error: str | None = None) -> None:
+        with self._lock:
+            old = self._state
+            if new == old:
+                return
+            if new not in _ALLOWED[old]:
+                raise StatekeeperError(f"invalid app state transition {old.value} -> {new.value}")
+            self._state = new
+            if error is not None:
+                self.error = error
+        log.info("app state %s -> %s", old.value, new.value)
+        for listener in self._listeners:
+            try:
+                listener(new, old)
+            except Exception:  # a listener must not break the app
+                log.exception("state listener %r failed", listener)

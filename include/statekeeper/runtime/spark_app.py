@@ -1,0 +1,378 @@
+"""Runs a topology on PySpark Structured Streaming (DESIGN.md "Spark runtime", R1-R5).
+
+The driver reads offset ranges (not rows) from the ``statekeeper_kafka_ranges`` source; in
+``foreachBatch`` it groups them into tasks (one per subtopology and partition) and runs the
+tasks on the executors, where each one reads its ranges from Kafka, processes them against
+its stores and commits (see :mod:`statekeeper.runtime.task_runner`).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import statistics
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from statekeeper.errors import StatekeeperError
+from statekeeper.kafka.model import OffsetRange
+from statekeeper.runtime.app_topics import TopicPlan, prepare_topics
+from statekeeper.runtime.lifecycle import AppState, AppStateMachine, StateListener
+from statekeeper.runtime.restore_progress import read_restore_progress
+from statekeeper.runtime.spark_checkpoint import batch_timestamp_ms, last_committed_offsets
+from statekeeper.runtime.status import StatusBoard, StatusServer
+from statekeeper.runtime.task_runner import TaskRun, TaskRunResult, run_task, settings_to_json
+from statekeeper.settings import StatekeeperSettings
+
+log = logging.getLogger("statekeeper.app")
+
+
+class StopRequested(StatekeeperError):
+    """Raised inside a batch that began after a stop was requested: Spark keeps the batch
+    uncommitted in its checkpoint, so the next start runs it again."""
+
+
+class StatekeeperApp:
+    """A stateful app: a topology, settings, and the Spark query that runs it.
+
+    ``run()`` blocks until the app stops (``stop()``, SIGTERM, or idle when
+    ``stop_when_idle``); state transitions go to ``StateListener``s and the status endpoint.
+    """
+
+    def __init__(
+        self,
+        topology: Any,
+        settings: StatekeeperSettings,
+        *,
+        spark_conf: dict[str, str] | None = None,
+        listeners: list[StateListener] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.settings = settings
+        self.app_id = settings.application_id
+        self.spark_conf = dict(spark_conf or {})
+        self.machine = AppStateMachine(listeners)
+        self.checkpoint = Path(settings.checkpoint_dir).absolute() / self.app_id
+        status_file = settings.status_file or (
+            Path(settings.state_dir) / self.app_id / "status.json"
+        )
+        self.board = StatusBoard(self.app_id, Path(status_file).absolute())
+        self.board.add_provider(self._live_status)
+        self.machine.add_listener(lambda new, _old: self.board.update(state=new.value))
+        self._server: StatusServer | None = None
+        self._batch_lock = threading.Lock()
+        self._stop_requested = threading.Event()
+        self._stopping = False
+        self._plan: TopicPlan | None = None
+        self._positions: dict[tuple[str, int], int] = {}
+        self._ends: dict[tuple[str, int], int] = {}
+        self._batch_seconds: list[float] = []
+        self._totals: dict[str, int] = defaultdict(int)
+        self._last_batch_end = 0.0
+        self._started = time.time()
+        self._processing_s = 0.0
+        self._opened: set[str] = set()
+        #: One entry per completed micro-batch (benchmarks and tests read it).
+        self.batches: list[dict[str, Any]] = []
+
+    # -- public API --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> AppState:
+        return self.machine.state
+
+    @property
+    def status_url(self) -> str | None:
+        return self._server.url if self._server else None
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        self.machine.add_listener(listener)
+
+    def stop(self) -> None:
+        """Ask for a graceful stop: the running batch finishes and commits, then Spark stops."""
+        self._stop_requested.set()
+
+    def run(self, *, stop_when_idle: bool = False, idle_s: float = 3.0) -> None:
+        """Start and block until stopped. With ``stop_when_idle`` the app stops once every
+        source partition is fully processed and no batch ran for ``idle_s`` seconds."""
+        self._install_sigterm()
+        try:
+            self.machine.transition(AppState.REBALANCING)
+            self._start_status()
+            self._plan = self._prepare()
+            spark = self._spark()
+            query = self._start_query(spark)
+            self._supervise(query, stop_when_idle, idle_s)
+        except BaseException as exc:
+            if self.state not in (AppState.ERROR, AppState.NOT_RUNNING):
+                self.machine.transition(AppState.ERROR, error=f"{type(exc).__name__}: {exc}")
+            self.machine.transition(AppState.PENDING_SHUTDOWN)
+            self.machine.transition(AppState.NOT_RUNNING)
+            self.board.update(error=self.machine.error)
+            raise
+        finally:
+            if self._server is not None:
+                self._server.stop()
+        self.machine.transition(AppState.NOT_RUNNING)
+        self.board.write_file()
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_sigterm(signum: int, _frame: Any) -> None:
+            log.warning("SIGTERM: finishing the current batch, then stopping")
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _start_status(self) -> None:
+        s = self.settings
+        if s.status_port is not None:
+            self._server = StatusServer(self.board, s.status_host, s.status_port).start()
+            log.info("status endpoint %s", self._server.url)
+        self.board.update(
+            state=self.state.value,
+            status_url=self.status_url,
+            processing_guarantee=s.processing_guarantee,
+            checkpoint=str(self.checkpoint),
+        )
+
+    def _prepare(self) -> TopicPlan:
+        from statekeeper.kafka.adapter import detect_profile
+        from statekeeper.kafka.admin import make_admin, wait_for_broker
+
+        s = self.settings
+        wait_for_broker(s.bootstrap_servers, s.broker_timeout_s)
+        admin = make_admin(s.bootstrap_servers)
+        profile = detect_profile(admin, s.broker_flavor, s.broker_timeout_s)
+        if s.processing_guarantee == "exactly_once" and not profile.transactions_reliable:
+            log.info(
+                "exactly_once on a broker without reliable transactions (%s): state is exact "
+                "and outputs are deduplicated by their sk.* headers",
+                profile.name,
+            )
+        plan = prepare_topics(admin, self.topology, self.app_id, s.broker_timeout_s)
+        self._init_positions(plan)
+        self.board.update(
+            broker=profile.name,
+            topology=self.topology.describe(),
+            tasks={plan.task_id(sub, p): {} for sub, p in plan.tasks},
+        )
+        return plan
+
+    def _init_positions(self, plan: TopicPlan) -> None:
+        """Where each source partition stands: Spark's last committed batch, else its start."""
+        committed = last_committed_offsets(self.checkpoint) or {}
+        for topic, count in plan.partitions.items():
+            for p in range(count):
+                offset = committed.get(topic, {}).get(str(p))
+                if offset is not None:
+                    self._positions[(topic, p)] = int(offset)
+
+    def _spark(self) -> Any:
+        from pyspark import SparkContext
+        from pyspark.conf import SparkConf
+        from pyspark.sql import SparkSession
+
+        from statekeeper.runtime.spark_env import prepare_spark_env
+
+        env_conf = prepare_spark_env()
+        SparkContext._ensure_initialized()  # so SparkConf sees spark-submit's --master
+        defaults = {
+            **env_conf,
+            "spark.app.name": f"statekeeper-{self.app_id}",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": str(max(self._plan.partitions.values(), default=4)),
+            "spark.python.worker.reuse": "true",
+            "spark.sql.streaming.stopTimeout": "60s",
+        }
+        builder = SparkSession.builder
+        existing = SparkConf()
+        if not existing.contains("spark.master"):
+            builder = builder.master(self.settings.spark_master)
+        for key, value in {**defaults, **self.spark_conf}.items():
+            if key in self.spark_conf or not existing.contains(key):
+                builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+        from statekeeper.runtime.kafka_source import register_sources
+
+        register_sources(spark)
+        return spark
+
+    def _start_query(self, spark: Any) -> Any:
+        s = self.settings
+        topics = sorted(self._plan.partitions)  # type: ignore[union-attr]
+        self.checkpoint.mkdir(parents=True, exist_ok=True)
+        ranges = (
+            spark.readStream.format("statekeeper_kafka_ranges")
+            .option("kafka.bootstrap.servers", s.bootstrap_servers)
+            .option("subscribe", ",".join(topics))
+            .option("startingOffsets", s.starting_offsets)
+            .option("maxRecordsPerBatch", str(s.max_records_per_batch))
+            .load()
+        )
+        return (
+            ranges.writeStream.queryName(self.app_id)
+            .foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(processingTime=f"{s.trigger_interval_ms} milliseconds")
+            .start()
+        )
+
+    # -- supervise ---------------------------------------------------------------------------
+
+    def _supervise(self, query: Any, stop_when_idle: bool, idle_s: float) -> None:
+        while not query.awaitTermination(0.25):
+            if stop_when_idle and self._idle(idle_s):
+                log.info("all input processed; stopping")
+                self.stop()
+            if self._stop_requested.is_set():
+                self._graceful_stop(query)
+                break
+        error = query.exception()
+        if error is not None and not self._stopping:
+            raise StatekeeperError(f"streaming query failed: {error}")
+
+    def _graceful_stop(self, query: Any) -> None:
+        if self.state is not AppState.ERROR:
+            self.machine.transition(AppState.PENDING_SHUTDOWN)
+        with self._batch_lock:  # waits for the running batch to commit
+            self._stopping = True
+        query.stop()
+
+    def _idle(self, idle_s: float) -> bool:
+        if time.monotonic() - self._last_batch_end < idle_s or self._batch_lock.locked():
+            return False
+        self._refresh_ends()
+        return bool(self._ends) and all(
+            self._positions.get(tp, 0) >= end for tp, end in self._ends.items()
+        )
+
+    def _refresh_ends(self) -> None:
+        from statekeeper.kafka.adapter import consumer_config
+        from statekeeper.kafka.offsets import log_end_offsets
+
+        tps = [(t, p) for t, n in self._plan.partitions.items() for p in range(n)]  # type: ignore[union-attr]
+        conf = consumer_config(self.settings.bootstrap_servers, group_id=f"{self.app_id}-lag")
+        self._ends = log_end_offsets(conf, tps, self.settings.broker_timeout_s)
+
+    # -- one micro-batch (driver side) --------------------------------------------------------
+
+    def _on_batch(self, ranges_df: Any, batch_id: int) -> None:
+        with self._batch_lock:
+            if self._stopping:
+                raise StopRequested(f"stop requested; batch {batch_id} runs again on restart")
+            started = time.perf_counter()
+            if self.state is AppState.REBALANCING:
+                self.machine.transition(AppState.RESTORING)
+            runs = self._plan_tasks(ranges_df.collect(), batch_id)
+            results = self._execute(ranges_df.sparkSession, runs)
+            self._record(batch_id, runs, results, time.perf_counter() - started)
+            if self.state is AppState.RESTORING:
+                self.machine.transition(AppState.RUNNING)
+
+    def _plan_tasks(self, rows: list[Any], batch_id: int) -> list[TaskRun]:
+        batch_time = batch_timestamp_ms(self.checkpoint, batch_id)
+        by_task: dict[tuple[int, int], list[OffsetRange]] = defaultdict(list)
+        for row in rows:
+            r = OffsetRange(row.topic, row.partition, row.start_offset, row.end_offset)
+            sub = self.topology.subtopology_of(self.app_id, r.topic)
+            by_task[(sub, r.partition)].append(r)
+        return [
+            TaskRun(
+                task_id=f"{sub}_{partition}",
+                subtopology=sub,
+                partition=partition,
+                ranges=tuple(sorted(ranges, key=lambda r: r.topic)),
+                batch_id=batch_id,
+                batch_time_ms=batch_time,
+            )
+            for (sub, partition), ranges in sorted(by_task.items())
+        ]
+
+    def _execute(self, spark: Any, runs: list[TaskRun]) -> list[TaskRunResult]:
+        if not runs:
+            return []
+        topology, settings_json = self.topology, settings_to_json(self.settings)
+        rdd = spark.sparkContext.parallelize(runs, len(runs))
+        return rdd.map(lambda run: run_task(run, topology, settings_json)).collect()
+
+    def _record(
+        self, batch_id: int, runs: list[TaskRun], results: list[TaskRunResult], seconds: float
+    ) -> None:
+        for run in runs:
+            for r in run.ranges:
+                tp = (r.topic, r.partition)
+                self._positions[tp] = max(self._positions.get(tp, 0), r.end)
+        records = sum(r.records_processed for r in results)
+        for result in results:
+            for key in ("records_processed", "records_skipped", "records_late_dropped",
+                        "records_dlq", "records_output"):
+                self._totals[key] += getattr(result, key)
+            if result.task_id not in self._opened:
+                # The first open of a task in this run is the restore that matters
+                # (later opens replay only the previous batch's markers).
+                self._opened.add(result.task_id)
+                self.board.update_task(result.task_id, restore=result.restored)
+            self.board.update_task(
+                result.task_id,
+                last_batch_id=result.batch_id,
+                committed_offsets=result.committed_offsets,
+                store_entries=result.store_entries,
+                seconds=result.seconds,
+            )
+        self._batch_seconds.append(seconds)
+        self._processing_s += seconds
+        self._refresh_ends()
+        self._last_batch_end = time.monotonic()
+        last = {
+            "batch_id": batch_id,
+            "tasks": len(runs),
+            "records": records,
+            "seconds": round(seconds, 4),
+            "records_per_s": round(records / seconds, 1) if seconds > 0 else None,
+            "finished_at": time.time(),
+        }
+        self.batches.append(last)
+        self.board.update(last_batch=last, totals=dict(self._totals))
+        log.info("batch %d: %d tasks, %d records in %.2fs", batch_id, len(runs), records, seconds)
+
+    # -- status --------------------------------------------------------------------------------
+
+    def _live_status(self) -> dict[str, Any]:
+        """Values computed when the status is read: lag, restore progress, throughput."""
+        out: dict[str, Any] = {"state": self.state.value}
+        secs = self._batch_seconds
+        total = self._totals.get("records_processed", 0)
+        out["throughput"] = {
+            "batches": len(secs),
+            "records_processed": total,
+            "records_per_s_processing": round(total / self._processing_s, 1)
+            if self._processing_s
+            else None,
+            "batch_seconds_p50": round(statistics.median(secs), 4) if secs else None,
+        }
+        if self._plan is None:
+            return out
+        lag: dict[str, int] = defaultdict(int)
+        for (topic, p), end in self._ends.items():
+            sub = self.topology.subtopology_of(self.app_id, topic)
+            lag[f"{sub}_{p}"] += max(0, end - self._positions.get((topic, p), 0))
+        tasks: dict[str, Any] = {}
+        state_root = Path(self.settings.state_dir) / self.app_id
+        for sub, p in self._plan.tasks:
+            task_id = self._plan.task_id(sub, p)
+            tasks[task_id] = {
+                "source_lag": lag.get(task_id) if self._ends else None,
+                "restore_progress": read_restore_progress(state_root / task_id),
+            }
+        out["task_live"] = tasks
+        return out

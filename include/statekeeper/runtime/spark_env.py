@@ -1,0 +1,29 @@
+"""Process environment Spark needs before its JVM starts, set in one place.
+
+Spark's Python workers and the streaming data-source planner are separate processes: they
+must run this interpreter and find the ``statekeeper`` package (an editable install is not
+always visible to them), and everything binds to loopback by default.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+#: The directory that contains the ``statekeeper`` package (``include/`` in a checkout).
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def prepare_spark_env() -> dict[str, str]:
+    """Set SPARK_LOCAL_IP, PYSPARK_PYTHON/DRIVER_PYTHON and PYTHONPATH unless already set.
+
+    Returns the Spark confs that carry the same into executors.
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if PACKAGE_ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *paths])
+    return {"spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"]}

@@ -1,0 +1,145 @@
+"""End to end: the shipped apps on Spark, killed with SIGKILL at random moments.
+
+Each app is started 10 times and killed with ``kill -9`` (whole process group: driver JVM
+and Python workers) at a random moment after its first micro-batch began; one task's state
+directory is deleted along the way; a final run drains the input. Then every store, the
+DLQ and the deduplicated outputs are compared with an independent recomputation from the
+input topic (statekeeper.recompute, which shares no code with the runtime).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from statekeeper.generate.patient_monitoring import patient_events
+from statekeeper.generate.producer import produce
+from statekeeper.generate.word_count import word_count_lines
+from statekeeper.recompute import patient_monitoring as pm_ref
+from statekeeper.recompute import word_count as wc_ref
+from statekeeper.recompute.reader import read_topic
+from statekeeper.runtime.output_reader import read_deduped as deduped
+from statekeeper.runtime.output_reader import source_positions as sources_of
+from statekeeper.runtime.store_reader import read_store
+from tests.e2e.harness import AppUnderTest
+
+KILLS_PER_APP = int(os.environ.get("STATEKEEPER_E2E_KILLS", "10"))
+PARTITIONS = 4
+
+
+def _seed() -> int:
+    seed = int(os.environ.get("STATEKEEPER_E2E_SEED", random.randrange(1 << 30)))
+    print(f"e2e seed {seed} (rerun with STATEKEEPER_E2E_SEED={seed})")
+    return seed
+
+
+def _drop_a_task_dir(app: AppUnderTest, task_id: str, from_run: int) -> Callable[[int], None]:
+    """Delete ``task_id``'s state directory once, after the first kill from ``from_run`` on
+    at which it exists; ``app.dropped_at`` records when."""
+
+    def between(run: int) -> None:
+        last = run == KILLS_PER_APP - 1  # else the final run must restore it
+        if (run >= from_run or last) and app.dropped_at is None and app.remove_task_dir(task_id):
+            app.dropped_at = run
+
+    return between
+
+
+def test_word_count_is_exact_after_random_kill9s(broker, tmp_path) -> None:
+    bootstrap = broker.bootstrap_servers
+    seed = _seed()
+    suffix = uuid.uuid4().hex[:6]
+    topic, out = f"lines-{suffix}", f"word-counts-{suffix}"
+    produce(bootstrap, topic, word_count_lines(15_000, seed=seed), partitions=PARTITIONS)
+    app = AppUnderTest.create(
+        "word_count", bootstrap, tmp_path, suffix, {"input_topic": topic, "output_topic": out},
+        max_records_per_batch=20_000,
+    )
+    app.kill_at_random_moments(
+        KILLS_PER_APP, random.Random(seed), between=_drop_a_task_dir(app, "1_2", KILLS_PER_APP // 2)
+    )
+    status = app.run_to_completion(KILLS_PER_APP)
+    assert app.dropped_at is not None, "the task directory was never deleted"
+
+    expected = wc_ref.recompute(read_topic(bootstrap, topic))
+    topology = app.spec.build_topology()
+    counts = read_store(app.settings, topology, "word-counts", PARTITIONS)
+    assert counts == expected.counts, f"kills: {json.dumps(app.kills)}"
+
+    dlq = deduped(bootstrap, f"{app.app_id}-dlq")
+    assert sorted(sources_of(dlq)) == sorted(expected.dlq)
+
+    latest: dict[str, int] = {}
+    for record in deduped(bootstrap, out):
+        latest[record.key.decode()] = int(record.value)  # type: ignore[union-attr,arg-type]
+    assert latest == expected.counts
+    assert status["state"] == "NOT_RUNNING"
+
+
+def test_patient_monitoring_is_exact_after_random_kill9s(broker, tmp_path) -> None:
+    bootstrap = broker.bootstrap_servers
+    seed = _seed()
+    suffix = uuid.uuid4().hex[:6]
+    topic = f"patient-events-{suffix}"
+    alerts, heart_rate = f"patient-alerts-{suffix}", f"heart-rate-{suffix}"
+    events = patient_events(patients=24, minutes=25, seed=seed, malformed_share=0.01)
+    produce(bootstrap, topic, events, partitions=PARTITIONS)
+    app = AppUnderTest.create(
+        "patient_monitoring", bootstrap, tmp_path, suffix,
+        {"input_topic": topic, "alerts_topic": alerts, "heart_rate_topic": heart_rate},
+        max_records_per_batch=4_000,
+    )
+    app.kill_at_random_moments(
+        KILLS_PER_APP, random.Random(seed), between=_drop_a_task_dir(app, "0_1", KILLS_PER_APP // 2)
+    )
+    app.run_to_completion(KILLS_PER_APP)
+    assert app.dropped_at is not None, "the task directory was never deleted"
+
+    expected = pm_ref.recompute(read_topic(bootstrap, topic))
+    assert expected.alerts, "the generated data must produce alerts"
+    topology = app.spec.build_topology()
+    windows = read_store(app.settings, topology, "pulse-counts", PARTITIONS)
+    assert windows == expected.pulse_windows, f"kills: {json.dumps(app.kills)}"
+    table = read_store(app.settings, topology, "heart-rate", PARTITIONS)
+    assert table == expected.heart_rate
+
+    dlq = deduped(bootstrap, f"{app.app_id}-dlq")
+    assert sorted(sources_of(dlq)) == sorted(expected.dlq)
+
+    got_alerts = [json.loads(r.value) for r in deduped(bootstrap, alerts)]  # type: ignore[arg-type]
+    key = lambda a: json.dumps(a, sort_keys=True)  # noqa: E731
+    assert sorted(got_alerts, key=key) == sorted(expected.alerts, key=key)
+
+    outputs = [
+        (r.key.decode(), json.loads(r.value) if r.value is not None else None)  # type: ignore[union-attr]
+        for r in deduped(bootstrap, heart_rate)
+    ]
+    assert pm_ref.latest_heart_rate(outputs) == expected.heart_rate
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM"])
+def test_sigterm_stops_gracefully_after_committing(broker, tmp_path, signal_name) -> None:
+    bootstrap = broker.bootstrap_servers
+    suffix = uuid.uuid4().hex[:6]
+    topic, out = f"lines-{suffix}", f"word-counts-{suffix}"
+    produce(bootstrap, topic, word_count_lines(4_000, seed=3), partitions=PARTITIONS)
+    app = AppUnderTest.create(
+        "word_count", bootstrap, tmp_path, suffix, {"input_topic": topic, "output_topic": out},
+        max_records_per_batch=2_000,
+    )
+    proc = app.process(0, stop_when_idle=False).start()
+    proc.wait_for(lambda s: (s.get("last_batch") or {}).get("batch_id", -1) >= 1, 180)
+    proc.terminate()
+    assert proc.wait(120) == 0
+    status = proc.status()
+    assert status is not None and status["state"] == "NOT_RUNNING"
+    app.run_to_completion(1)
+    expected = wc_ref.recompute(read_topic(bootstrap, topic))
+    assert read_store(app.settings, app.spec.build_topology(), "word-counts", PARTITIONS) == (
+        expected.counts
+    )

@@ -1,0 +1,195 @@
+"""True log-end offsets and exact range reads against the real (embedded) broker."""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from statekeeper.errors import BrokerUnavailableError, StatekeeperError
+from statekeeper.kafka.adapter import consumer_config, producer_config
+from statekeeper.kafka.admin import ensure_topic
+from statekeeper.kafka.embedded import EmbeddedBroker, free_port
+from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
+from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets
+from statekeeper.kafka.range_reader import (
+    RangeReadError,
+    iter_partition_runs,
+    iter_range_chunks,
+    read_ranges,
+)
+
+Spec = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+
+def _spec(i: int) -> Spec:
+    """Record i: every 7th has a null key, every 11th is a tombstone, every 5th has headers."""
+    key = None if i % 7 == 0 else b"key-%d" % i
+    value = None if i % 11 == 0 else b"value-%d" % i
+    headers: list[tuple[str, bytes | None]] = (
+        [("sk.seq", b"%d" % i), ("empty", None), ("dup", b"a"), ("dup", b"b")] if i % 5 == 0 else []
+    )
+    return key, value, headers
+
+
+def _produce(
+    bootstrap: str, topic: str, partitions: int, count: int, flush_every: int
+) -> dict[int, list[tuple[int, Spec]]]:
+    """Produce ``count`` records round-robin in several acknowledged produce batches; return
+    (timestamp, spec) per partition in offset order."""
+    producer = Producer(producer_config(bootstrap))
+    sent: dict[int, list[tuple[int, Spec]]] = {p: [] for p in range(partitions)}
+    base_ts = 1_700_000_000_000
+    for i in range(count):
+        partition = i % partitions
+        key, value, headers = spec = _spec(i)
+        producer.produce(
+            topic, value, key, partition=partition, headers=headers or None, timestamp=base_ts + i
+        )
+        sent[partition].append((base_ts + i, spec))
+        if (i + 1) % flush_every == 0:
+            assert producer.flush(15) == 0
+    assert producer.flush(15) == 0
+    return sent
+
+
+def _expected(topic: str, partition: int, sent: list[tuple[int, Spec]], start: int, end: int):
+    return [
+        KafkaRecord(topic, partition, off, ts, key, value, tuple(headers))
+        for off, (ts, (key, value, headers)) in enumerate(sent)
+        if start <= off < end
+    ]
+
+
+def _watermark_high(bootstrap: str, topic: str, partition: int) -> int:
+    consumer = Consumer(consumer_config(bootstrap))
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), 10, False)[1]
+    finally:
+        consumer.close()
+
+
+def test_log_end_offsets_are_exact_after_many_produce_batches(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    ensure_topic(admin, topic_name, 5)
+    # Partition 4 stays empty; the others get ~30 multi-record produce batches each.
+    producer = Producer(producer_config(broker.bootstrap_servers, **{"linger.ms": 50}))
+    counts = {0: 3000, 1: 1, 2: 777, 3: 250}
+    for partition, n in counts.items():
+        for i in range(n):
+            producer.produce(topic_name, b"v", b"k%d" % i, partition=partition)
+            if i % 100 == 99:
+                assert producer.flush(15) == 0
+    assert producer.flush(15) == 0
+
+    tps = [(topic_name, p) for p in range(5)]
+    conf = consumer_config(broker.bootstrap_servers)
+    ends = log_end_offsets(conf, tps, timeout_s=10)
+    assert ends == {(topic_name, p): counts.get(p, 0) for p in range(5)}
+    assert log_start_offsets(conf, tps, timeout_s=10) == {tp: 0 for tp in tps}
+    # The reported high watermark may trail the end (it does on Tansu); EOF never does.
+    assert _watermark_high(broker.bootstrap_servers, topic_name, 0) <= ends[(topic_name, 0)]
+
+
+def test_log_end_offsets_of_many_partitions_in_one_pass(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    ensure_topic(admin, topic_name, 48)
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    for i in range(48 * 40):
+        producer.produce(topic_name, b"v", partition=i % 48)
+    assert producer.flush(15) == 0
+    conf = consumer_config(broker.bootstrap_servers)
+    started = time.perf_counter()
+    ends = log_end_offsets(conf, [(topic_name, p) for p in range(48)], timeout_s=10)
+    elapsed = time.perf_counter() - started
+    assert set(ends.values()) == {40}
+    assert elapsed < 3.0, f"log_end_offsets of 48 partitions took {elapsed:.2f} s"
+    assert log_end_offsets(conf, [], timeout_s=1) == {}
+
+
+def test_read_ranges_returns_exactly_each_range(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    ensure_topic(admin, topic_name, 3)
+    other = topic_name + "-b"
+    ensure_topic(admin, other, 2)
+    sent = _produce(broker.bootstrap_servers, topic_name, 3, 6000, flush_every=700)
+    sent_other = _produce(broker.bootstrap_servers, other, 2, 500, flush_every=100)
+    conf = consumer_config(broker.bootstrap_servers)
+
+    ranges = [
+        OffsetRange(topic_name, 0, 0, 2000),  # whole partition
+        OffsetRange(topic_name, 1, 137, 1501),  # middle, crossing produce batches
+        OffsetRange(topic_name, 2, 1999, 2000),  # the last record only
+        OffsetRange(other, 0, 10, 10),  # empty
+        OffsetRange(other, 1, 0, 1),  # the first record only
+    ]
+    out = read_ranges(conf, ranges, timeout_s=15)
+    assert set(out) == {tp_key(r.topic, r.partition) for r in ranges}
+    for r in ranges:
+        source = (sent if r.topic == topic_name else sent_other)[r.partition]
+        expected = _expected(r.topic, r.partition, source, r.start, r.end)
+        assert out[tp_key(r.topic, r.partition)] == expected, r
+    # Null keys, tombstones and headers (incl. a None header value and duplicates) survive.
+    whole = out[tp_key(topic_name, 0)]
+    assert any(rec.key is None for rec in whole)
+    assert any(rec.value is None for rec in whole)
+    assert ("empty", None) in whole[0].headers and whole[0].headers.count(("dup", b"a")) == 1
+
+
+def test_random_ranges_match_and_chunks_are_single_partition_runs(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    ensure_topic(admin, topic_name, 4)
+    sent = _produce(broker.bootstrap_servers, topic_name, 4, 4000, flush_every=333)
+    conf = consumer_config(broker.bootstrap_servers)
+    rng = random.Random(7)
+    for _ in range(5):
+        ranges = []
+        for p in range(4):
+            a, b = sorted(rng.sample(range(1001), 2))
+            ranges.append(OffsetRange(topic_name, p, a, b))
+        out = read_ranges(conf, ranges, timeout_s=15)
+        for r in ranges:
+            assert out[tp_key(topic_name, r.partition)] == _expected(
+                topic_name, r.partition, sent[r.partition], r.start, r.end
+            )
+
+    chunked: dict[int, list[KafkaRecord]] = {p: [] for p in range(4)}
+    full = [OffsetRange(topic_name, p, 0, 1000) for p in range(4)]
+    for chunk in iter_range_chunks(conf, full, timeout_s=15, chunk_size=300):
+        assert 0 < len(chunk) <= 300
+        assert len({rec.partition for rec in chunk}) == 1
+        chunked[chunk[0].partition].extend(chunk)
+    for p in range(4):
+        assert [rec.offset for rec in chunked[p]] == list(range(1000))
+    runs = list(iter_partition_runs(conf, full[:1], timeout_s=15))
+    assert sum(len(msgs) for _, msgs in runs) == 1000
+    assert {tp for tp, _ in runs} == {(topic_name, 0)}
+
+
+def test_range_beyond_the_log_end_is_a_clear_error(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    ensure_topic(admin, topic_name, 1)
+    _produce(broker.bootstrap_servers, topic_name, 1, 50, flush_every=50)
+    conf = consumer_config(broker.bootstrap_servers)
+    where = re.escape(f"{topic_name}[0] offsets 40..59")
+    with pytest.raises(RangeReadError, match=where + ".*ends at offset 50"):
+        read_ranges(conf, [OffsetRange(topic_name, 0, 40, 60)], timeout_s=1.0)
+
+
+def test_unreachable_broker_raises_broker_unavailable():
+    conf = consumer_config(
+        f"127.0.0.1:{free_port()}", **{"socket.connection.setup.timeout.ms": 1000}
+    )
+    with pytest.raises(BrokerUnavailableError, match="topic-x"):
+        log_end_offsets(conf, [("topic-x", 0)], timeout_s=1.0)
+    with pytest.raises(StatekeeperError, match=r"topic-x\[0\] offsets 0\.\.9"):
+        read_ranges(conf, [OffsetRange("topic-x", 0, 0, 10)], timeout_s=1.0)
