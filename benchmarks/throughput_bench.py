@@ -293,6 +293,7 @@ def run_peer(
     else:
         spark.conf.unset(conf_key)
     say(f"{name}: starting ({expected} records)")
+    load_before = os.getloadavg()[0]
     started = time.time()
     query = (
         transform(frame)
@@ -319,6 +320,7 @@ def run_peer(
         query.stop()
         spark.conf.unset(conf_key)
     result = summarise(progress_batches(query.recentProgress), started, expected)
+    result["load_avg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     result["state_store_provider"] = (provider or "HDFSBackedStateStoreProvider").rsplit(".")[-1]
     if error:
         result["error"] = error
@@ -391,6 +393,7 @@ def run_statekeeper(
     watchdog = threading.Timer(timeout_s, app.stop)
     watchdog.daemon = True
     watchdog.start()
+    load_before = os.getloadavg()[0]
     started = time.time()
     try:
         app.run(stop_when_idle=True, idle_s=1.0)
@@ -412,6 +415,7 @@ def run_statekeeper(
             }
         )
     result = summarise(batches, started, expected)
+    result["load_avg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     result["latency_source"] = (
         "spark triggerExecution" if len(spark_batches) >= len(app.batches) else "app foreachBatch"
     )

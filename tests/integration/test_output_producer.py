@@ -6,16 +6,15 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pyspark")  # kafka_sink also holds the Spark writer
-
-from statekeeper.errors import ProduceError  # noqa: E402
-from statekeeper.kafka.adapter import consumer_config  # noqa: E402
-from statekeeper.kafka.admin import ensure_topic  # noqa: E402
-from statekeeper.kafka.embedded import EmbeddedBroker, free_port  # noqa: E402
-from statekeeper.kafka.model import OffsetRange  # noqa: E402
-from statekeeper.kafka.offsets import log_end_offsets  # noqa: E402
-from statekeeper.kafka.range_reader import read_ranges  # noqa: E402
-from statekeeper.runtime.kafka_sink import OutputProducer, murmur2_partition  # noqa: E402
+from statekeeper.errors import ProduceError
+from statekeeper.kafka.adapter import consumer_config
+from statekeeper.kafka.admin import ensure_topic
+from statekeeper.kafka.embedded import EmbeddedBroker, free_port
+from statekeeper.kafka.model import OffsetRange
+from statekeeper.kafka.offsets import log_end_offsets
+from statekeeper.kafka.partitioning import partition_for_key as murmur2_partition
+from statekeeper.kafka.range_reader import read_ranges
+from statekeeper.runtime.kafka_sink import OutputProducer
 
 
 def test_keyed_records_are_partitioned_like_java_and_round_trip(

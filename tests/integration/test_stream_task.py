@@ -4,6 +4,8 @@ restore from the changelogs after the local state is wiped."""
 
 from __future__ import annotations
 
+import gc
+import json
 import shutil
 from typing import Any
 
@@ -103,6 +105,8 @@ def runner_for(broker, admin, topic_name, tmp_path):
     yield make
     for runner in made:
         runner.close()
+    made.clear()  # drop the clients now, not after the session's broker has stopped
+    gc.collect()
 
 
 def test_count_task_commits_restores_and_skips_processed_offsets(runner_for, topic_name):
@@ -194,8 +198,6 @@ def test_patient_monitoring_task_restores_windows_and_suppression(runner_for, to
     assert {k: v for k, v in stores["pulse-counts"].items()} == expected.pulse_windows
     assert stores["heart-rate"] == expected.heart_rate
     assert stores["sk-task-state-0"]["stream-time"] == expected.stream_time[(topic_name, 0)]
-    import json
-
     outputs = [(r.key.decode(), None if r.value is None else json.loads(r.value))
                for r in runner.read(hr)]  # fmt: skip
     assert outputs == expected.heart_rate_outputs

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.embedded import EmbeddedBroker
-from statekeeper.runtime.kafka_sink import murmur2_partition
+from statekeeper.kafka.partitioning import partition_for_key as murmur2_partition
 
 # Spark's JVM Kafka source schema (KafkaRecordToRowConverter.kafkaSchema with headers).
 JVM_KAFKA_SCHEMA = (

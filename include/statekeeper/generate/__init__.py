@@ -7,7 +7,6 @@
   :func:`place_records` puts records into partitions the same way without a broker.
 """
 
-from statekeeper.generate.partitioning import Partitioner, murmur2, partition_for_key
 from statekeeper.generate.patient_monitoring import patient_events
 from statekeeper.generate.producer import GenerateSummary, produce, summarize
 from statekeeper.generate.records import (
@@ -17,6 +16,7 @@ from statekeeper.generate.records import (
     place_records,
 )
 from statekeeper.generate.word_count import word_count_lines
+from statekeeper.kafka.partitioning import Partitioner, murmur2, partition_for_key
 
 __all__ = [
     "LATE_BEYOND_GRACE",

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statekeeper.errors import BrokerUnavailableError, ConfigError, ProduceError
-from statekeeper.generate.partitioning import Partitioner
 from statekeeper.generate.records import GeneratedRecord
+from statekeeper.kafka.partitioning import Partitioner
 
 _PROGRESS_EVERY = 2_000
 _POLL_EVERY = 1_000
@@ -149,7 +149,7 @@ def produce(
         report = ensure_topic(
             admin, topic, partitions, topic_configs, timeout_s=timeout_s, raise_on_mismatch=False
         )
-    except (KafkaException, TimeoutError) as exc:
+    except KafkaException as exc:
         raise BrokerUnavailableError(
             f"cannot reach the broker at {bootstrap} within {timeout_s:g}s ({exc or 'timeout'}); "
             "start one (`statekeeper broker start`) or pass --bootstrap"

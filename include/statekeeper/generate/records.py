@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from statekeeper.generate.partitioning import Partitioner
 from statekeeper.kafka.model import KafkaRecord
+from statekeeper.kafka.partitioning import Partitioner
 
 #: ``GeneratedRecord.late`` values: delivered a few seconds late (inside the 5 s grace of
 #: the patient app's windows, as far as the record's own window is concerned) or minutes

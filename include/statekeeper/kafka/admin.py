@@ -10,6 +10,7 @@ Two rules keep them portable:
 
 from __future__ import annotations
 
+import concurrent.futures
 import socket
 import time
 from collections.abc import Mapping
@@ -89,6 +90,10 @@ def ensure_topic(
     try:
         future.result(timeout=timeout_s)
         return TopicReport(name, True, partitions, partitions)
+    except concurrent.futures.TimeoutError as exc:
+        raise BrokerUnavailableError(
+            f"cannot create topic {name!r}: no answer from the broker within {timeout_s:g}s"
+        ) from exc
     except KafkaException as exc:
         error = exc.args[0]
         if error.code() in _UNREACHABLE:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -12,9 +13,12 @@ def tp_key(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaRecord:
-    """One consumed record; ``timestamp_ms`` is the record's (event or log-append) time."""
+class KafkaRecord(NamedTuple):
+    """One consumed record; ``timestamp_ms`` is the record's (event or log-append) time.
+
+    A NamedTuple because millions are built per batch: it constructs ~3x faster than a
+    frozen dataclass.
+    """
 
     topic: str
     partition: int

@@ -164,7 +164,8 @@ class SourceOptions:
         topics: ``subscribe``, comma separated, in the given order without duplicates.
         starting: ``startingOffsets`` (default ``latest`` for streams, ``earliest`` for batch).
         ending: ``endingOffsets`` (batch only; default ``latest``).
-        max_records_per_batch: ``maxRecordsPerBatch`` (streaming admission control).
+        max_records_per_batch: ``maxRecordsPerBatch`` (alias ``maxOffsetsPerTrigger``, as in
+            Spark's Kafka source): streaming admission control.
         timeout_s: ``timeoutSeconds``: broker requests and reads without progress.
         kafka_overrides: every other ``kafka.*`` option, as librdkafka consumer settings.
     """
@@ -216,7 +217,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         topics=topics,
         starting=starting,
         ending=ending,
-        max_records_per_batch=_positive_int(opts, "maxrecordsperbatch", "maxRecordsPerBatch"),
+        max_records_per_batch=_positive_int(opts, "maxrecordsperbatch", "maxRecordsPerBatch")
+        # Spark's JVM Kafka source calls it maxOffsetsPerTrigger.
+        or _positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
         timeout_s=_positive_float(opts, "timeoutseconds", "timeoutSeconds", DEFAULT_TIMEOUT_S),
         kafka_overrides={
             key[len("kafka.") :]: value

@@ -14,9 +14,10 @@ Options (Spark passes the keys lower-cased; see
 :func:`~statekeeper.runtime.kafka_offset_planning.parse_source_options`):
 ``kafka.bootstrap.servers`` (required), ``subscribe`` (required, comma list),
 ``startingOffsets`` (``earliest`` | ``latest`` | JSON; streams default to ``latest``, batch
-to ``earliest``), ``endingOffsets`` (batch: ``latest`` | JSON), ``maxRecordsPerBatch``
-(streaming admission control, fair share across partitions), ``timeoutSeconds``, and any
-other ``kafka.*`` key as a librdkafka consumer setting.
+to ``earliest``), ``endingOffsets`` (batch: ``latest`` | JSON), ``maxRecordsPerBatch`` or
+Spark's ``maxOffsetsPerTrigger`` (streaming admission control, fair share across
+partitions), ``timeoutSeconds``, and any other ``kafka.*`` key as a librdkafka consumer
+setting.
 
 Offsets in Spark's checkpoint are ``{"topic": {"0": 12}}`` dicts in sorted order: Spark
 compares them as JSON text. End offsets are true log ends (partition EOF), correct on
@@ -433,12 +434,12 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(parse_source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        from statekeeper.runtime.kafka_sink import KafkaBatchWriter, parse_sink_options
+        from statekeeper.runtime.kafka_writer import KafkaBatchWriter, parse_sink_options
 
         return KafkaBatchWriter(parse_sink_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        from statekeeper.runtime.kafka_sink import KafkaStreamWriter, parse_sink_options
+        from statekeeper.runtime.kafka_writer import KafkaStreamWriter, parse_sink_options
 
         return KafkaStreamWriter(parse_sink_options(self.options, schema))
 

@@ -95,6 +95,8 @@ def test_source_options_defaults_and_overrides():
     assert opts.max_records_per_batch == 1000
     assert opts.timeout_s == 5.0
     assert opts.kafka_overrides == {"security.protocol": "PLAINTEXT"}
+    alias = parse_source_options({**BASE, "maxoffsetspertrigger": "77"}, streaming=True)
+    assert alias.max_records_per_batch == 77
     batch = parse_source_options(BASE, streaming=False)
     assert batch.starting == OffsetSpec("earliest") and batch.ending == OffsetSpec("latest")
     assert batch.max_records_per_batch is None

@@ -15,11 +15,9 @@ from pyspark.sql.types import (  # noqa: E402
 )
 
 from statekeeper.errors import ConfigError  # noqa: E402
-from statekeeper.runtime.kafka_sink import (  # noqa: E402
-    murmur2,
-    murmur2_partition,
-    parse_sink_options,
-)
+from statekeeper.kafka.partitioning import murmur2  # noqa: E402
+from statekeeper.kafka.partitioning import partition_for_key as murmur2_partition  # noqa: E402
+from statekeeper.runtime.kafka_writer import parse_sink_options  # noqa: E402
 
 # Kafka's own test vectors (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest).
 JAVA_VECTORS = {
