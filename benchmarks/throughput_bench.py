@@ -44,6 +44,8 @@ from statekeeper.kafka.embedded import EmbeddedBroker
 PARTITIONS = 4
 TOPIC, PREFIX_TOPIC = "tput-input", "tput-input-prefix"
 STORE = "counts"
+#: Seconds kept back for the large-batch comparison while the slow peers run.
+LARGE_RESERVE_S = 40.0
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _T0 = time.perf_counter()
 
@@ -476,7 +478,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=330.0,
+        default=340.0,
         help="wall-clock budget; the slow peers stop early (reported incomplete) to keep it",
     )
     parser.add_argument("--timeout-s", type=float, default=150.0, help="cap per contender")
@@ -488,9 +490,11 @@ def parse_args() -> argparse.Namespace:
 def run_contenders(
     args: argparse.Namespace, bootstrap: str, work: Path, budget: Budget
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Every Spark contender, one after the other on one session. The fast ones run first;
-    the slow Python stateful peers run last on what is left of the budget."""
+    """Every Spark contender, one after the other on one session: the main comparison
+    (statekeeper and JVM count first, then the slow Python stateful peers on what is left of
+    the budget minus a reserve), then the large-batch comparison."""
     skip = set(filter(None, args.skip.split(",")))
+    run_large = bool(args.large_batch) and "large" not in skip
     spark = spark_session()
     from statekeeper.runtime.kafka_source import register_sources
 
@@ -500,8 +504,8 @@ def run_contenders(
     spark.sparkContext.parallelize(range(4), 2).map(lambda x: x).collect()
     say("spark session ready")
 
-    def opts(share: float = 1.0) -> dict[str, Any]:
-        left = max(20.0, budget.left(reserve_s=15.0) * share)
+    def opts(share: float = 1.0, reserve_s: float = 0.0) -> dict[str, Any]:
+        left = max(20.0, budget.left(reserve_s=15.0 + reserve_s) * share)
         return {"trigger_ms": args.trigger_ms, "timeout_s": min(args.timeout_s, left)}
 
     def frame(topic: str, batch: int) -> Any:
@@ -519,9 +523,38 @@ def run_contenders(
             spark, "jvm_count", frame(TOPIC, args.batch), jvm_count, n, work / "jvm", **opts()
         )
         results["jvm_count"].update(state_total(spark, work / "jvm", "value.count"))
-    if args.large_batch and "large" not in skip:
+    reserve = LARGE_RESERVE_S if run_large else 0.0
+    if "tws" not in skip:
+        # transformWithStateInPandas is the slowest (~1.7k rows/s): 60 % of what is left.
+        results["tws_pandas"] = run_peer(
+            spark,
+            "tws_pandas",
+            frame(PREFIX_TOPIC, args.batch),
+            tws_pandas_count,
+            prefix,
+            work / "tws",
+            provider=ROCKSDB_PROVIDER,
+            **opts(0.6 if "apply" not in skip else 1.0, reserve),
+        )
+        results["tws_pandas"].update(
+            state_total(spark, work / "tws", "value.count", stateVarName="count")
+        )
+    if "apply" not in skip:
+        results["apply_in_pandas"] = run_peer(
+            spark,
+            "apply_in_pandas",
+            frame(PREFIX_TOPIC, args.batch),
+            apply_in_pandas_count,
+            prefix,
+            work / "apply",
+            **opts(1.0, reserve),
+        )
+        results["apply_in_pandas"].update(
+            state_total(spark, work / "apply", "value.groupState.count")
+        )
+    if run_large:
         sk_l = run_statekeeper(
-            bootstrap, TOPIC, args.large_batch, n, work / "sk-large", progress, **opts()
+            bootstrap, TOPIC, args.large_batch, n, work / "sk-large", progress, **opts(0.55)
         )
         jvm_l = run_peer(
             spark,
@@ -543,34 +576,6 @@ def run_contenders(
             statekeeper_vs_jvm_from_start=ratio(sk_l["from_start_rps"], jvm_l["from_start_rps"]),
             statekeeper=sk_l,
             jvm_count=jvm_l,
-        )
-    if "tws" not in skip:
-        # transformWithStateInPandas is the slowest (~1.7k rows/s): 60 % of what is left.
-        results["tws_pandas"] = run_peer(
-            spark,
-            "tws_pandas",
-            frame(PREFIX_TOPIC, args.batch),
-            tws_pandas_count,
-            prefix,
-            work / "tws",
-            provider=ROCKSDB_PROVIDER,
-            **opts(0.6 if "apply" not in skip else 1),
-        )
-        results["tws_pandas"].update(
-            state_total(spark, work / "tws", "value.count", stateVarName="count")
-        )
-    if "apply" not in skip:
-        results["apply_in_pandas"] = run_peer(
-            spark,
-            "apply_in_pandas",
-            frame(PREFIX_TOPIC, args.batch),
-            apply_in_pandas_count,
-            prefix,
-            work / "apply",
-            **opts(),
-        )
-        results["apply_in_pandas"].update(
-            state_total(spark, work / "apply", "value.groupState.count")
         )
     spark.stop()
     return results, large

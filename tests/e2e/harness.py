@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from statekeeper.demo.app_process import AppProcess, spark_app_spec
+from statekeeper.errors import StatekeeperError
 from statekeeper.runtime.app_spec import AppSpec, load_app_spec
 
 STARTED = ("RESTORING", "RUNNING")
@@ -72,30 +73,40 @@ class AppUnderTest:
         rng: random.Random,
         *,
         max_delay_s: float = 2.0,
+        before: Callable[[int], None] | None = None,
         between: Callable[[int], None] | None = None,
     ) -> None:
         """Start the app ``runs`` times and kill -9 it at a random moment each time.
 
         Half the kills (at random) land while the run's first micro-batch executes (restore,
         processing, commit); the others after 1-3 completed batches plus a random delay,
-        so the app also makes progress between kills.
+        so the app also makes progress between kills. ``before(run)`` can feed more input.
+        A run that drains its input and exits before its kill moment is recorded as such.
         """
         for run in range(runs):
+            if before is not None:
+                before(run)
             proc = self.process(run).start()
+            early = rng.random() < 0.5
+            batches = 0 if early else rng.randint(1, 3)
+            delay = rng.uniform(0.0, max_delay_s)
             try:
-                early = rng.random() < 0.5
                 if early:
                     proc.wait_for(lambda s: s.get("state") in STARTED, 300)
                 else:
-                    batches = rng.randint(1, 3)
                     proc.wait_for(lambda s, n=batches: _batches_done(s) >= n, 300)
-                delay = rng.uniform(0.0, max_delay_s)
                 time.sleep(delay)
-                last = (proc.status() or {}).get("last_batch") or {}
+                outcome = "killed"
+            except StatekeeperError:
+                if proc.proc is None or proc.proc.returncode != 0:
+                    raise
+                outcome = "finished before the kill"
             finally:
+                last = (proc.status() or {}).get("last_batch") or {}
                 proc.kill9()
             self.kills.append(
-                {"run": run, "early": early, "delay_s": round(delay, 3), "last_batch": last}
+                {"run": run, "after_batches": batches, "delay_s": round(delay, 3),
+                 "outcome": outcome, "last_batch": last}
             )
             if between is not None:
                 between(run)

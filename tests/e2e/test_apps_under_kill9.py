@@ -50,18 +50,34 @@ def _drop_a_task_dir(app: AppUnderTest, task_id: str, from_run: int) -> Callable
     return between
 
 
+def _feeder(bootstrap: str, topic: str, records: list) -> Callable[[int], None]:
+    """Produce the input in ``KILLS_PER_APP`` chunks, one before each run: the stream goes
+    on while the app is down, so every run has new input to be killed in the middle of."""
+    chunk = -(-len(records) // KILLS_PER_APP)
+
+    def feed(run: int) -> None:
+        part = records[run * chunk : (run + 1) * chunk]
+        if part:
+            produce(bootstrap, topic, part, partitions=PARTITIONS)
+
+    return feed
+
+
 def test_word_count_is_exact_after_random_kill9s(broker, tmp_path) -> None:
     bootstrap = broker.bootstrap_servers
     seed = _seed()
     suffix = uuid.uuid4().hex[:6]
     topic, out = f"lines-{suffix}", f"word-counts-{suffix}"
-    produce(bootstrap, topic, word_count_lines(15_000, seed=seed), partitions=PARTITIONS)
+    feed = _feeder(bootstrap, topic, list(word_count_lines(15_000, seed=seed)))
     app = AppUnderTest.create(
         "word_count", bootstrap, tmp_path, suffix, {"input_topic": topic, "output_topic": out},
         max_records_per_batch=20_000,
     )
     app.kill_at_random_moments(
-        KILLS_PER_APP, random.Random(seed), between=_drop_a_task_dir(app, "1_2", KILLS_PER_APP // 2)
+        KILLS_PER_APP,
+        random.Random(seed),
+        before=feed,
+        between=_drop_a_task_dir(app, "1_2", KILLS_PER_APP // 2),
     )
     status = app.run_to_completion(KILLS_PER_APP)
     assert app.dropped_at is not None, "the task directory was never deleted"
@@ -88,14 +104,17 @@ def test_patient_monitoring_is_exact_after_random_kill9s(broker, tmp_path) -> No
     topic = f"patient-events-{suffix}"
     alerts, heart_rate = f"patient-alerts-{suffix}", f"heart-rate-{suffix}"
     events = patient_events(patients=24, minutes=25, seed=seed, malformed_share=0.01)
-    produce(bootstrap, topic, events, partitions=PARTITIONS)
+    feed = _feeder(bootstrap, topic, events)
     app = AppUnderTest.create(
         "patient_monitoring", bootstrap, tmp_path, suffix,
         {"input_topic": topic, "alerts_topic": alerts, "heart_rate_topic": heart_rate},
         max_records_per_batch=4_000,
     )
     app.kill_at_random_moments(
-        KILLS_PER_APP, random.Random(seed), between=_drop_a_task_dir(app, "0_1", KILLS_PER_APP // 2)
+        KILLS_PER_APP,
+        random.Random(seed),
+        before=feed,
+        between=_drop_a_task_dir(app, "0_1", KILLS_PER_APP // 2),
     )
     app.run_to_completion(KILLS_PER_APP)
     assert app.dropped_at is not None, "the task directory was never deleted"

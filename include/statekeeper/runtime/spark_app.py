@@ -151,10 +151,15 @@ class StatekeeperApp:
         wait_for_broker(s.bootstrap_servers, s.broker_timeout_s)
         admin = make_admin(s.bootstrap_servers)
         profile = detect_profile(admin, s.broker_flavor, s.broker_timeout_s)
-        if s.processing_guarantee == "exactly_once" and not profile.transactions_reliable:
-            log.info(
-                "exactly_once on a broker without reliable transactions (%s): state is exact "
-                "and outputs are deduplicated by their sk.* headers",
+        if s.processing_guarantee == "exactly_once":
+            # State is exact either way (commit markers). Outputs are effectively-once: a
+            # re-run batch re-emits identical records with identical sk.* dedupe ids.
+            # Transactional outputs are not implemented yet, even where the broker's
+            # transactions are reliable; say so rather than imply more.
+            log.log(
+                logging.WARNING if profile.transactions_reliable else logging.INFO,
+                "exactly_once on %s: state is exact; outputs are deduplicated by their sk.* "
+                "headers (transactional output is not used)",
                 profile.name,
             )
         plan = prepare_topics(admin, self.topology, self.app_id, s.broker_timeout_s)
