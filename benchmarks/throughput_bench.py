@@ -10,8 +10,12 @@ the other, through:
 The Spark peers read the same topic through the ``statekeeper_kafka`` Python data source.
 Every contender in one comparison admits the same ``maxRecordsPerBatch``. Steady-state rates
 exclude the first micro-batch (Python workers and state stores start there); from-start
-rates divide all records by the wall time from query start to the last commit. Peers too
-slow for 1M records read a prefix topic holding the first ``--prefix-records`` records.
+rates divide all records by the wall time from query start to the last commit. Batch
+latency is Spark's triggerExecution (trigger → commit). Peers too slow for 1M records read a
+prefix topic holding the first ``--prefix-records`` records (same data, same keys); they run
+after statekeeper and JVM count on what is left of ``--budget-s`` (reported ``complete:
+false`` if cut short). A second comparison runs statekeeper vs JVM count at
+``--large-batch``. Correctness: each contender's final state must sum to its record count.
 Prints one JSON object on stdout, progress on stderr.
 Usage: python benchmarks/throughput_bench.py [--records N] [--keys K] [--batch B] ...
 """
@@ -123,6 +127,10 @@ def summarise(batches: list[dict[str, Any]], started: float, expected: int) -> d
         "batch_records": [b["records"] for b in batches],
         "batch_seconds": [round(b["seconds"], 3) for b in batches],
         "first_batch_s": round(batches[0]["seconds"], 3) if batches else None,
+        # includes worker/state start-up: a floor for the steady rate when only one batch ran
+        "first_batch_rps": round(batches[0]["records"] / batches[0]["seconds"])
+        if batches and batches[0]["seconds"]
+        else None,
     }
     steady = batches[1:]
     steady_s = sum(b["seconds"] for b in steady)

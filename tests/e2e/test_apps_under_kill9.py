@@ -80,6 +80,7 @@ def test_word_count_is_exact_after_random_kill9s(broker, tmp_path) -> None:
         between=_drop_a_task_dir(app, "1_2", KILLS_PER_APP // 2),
     )
     status = app.run_to_completion(KILLS_PER_APP)
+    print(f"word_count kills: {json.dumps(app.kills)}; task dir dropped after run {app.dropped_at}")
     assert app.dropped_at is not None, "the task directory was never deleted"
 
     expected = wc_ref.recompute(read_topic(bootstrap, topic))
@@ -117,6 +118,7 @@ def test_patient_monitoring_is_exact_after_random_kill9s(broker, tmp_path) -> No
         between=_drop_a_task_dir(app, "0_1", KILLS_PER_APP // 2),
     )
     app.run_to_completion(KILLS_PER_APP)
+    print(f"patient kills: {json.dumps(app.kills)}; task dir dropped after run {app.dropped_at}")
     assert app.dropped_at is not None, "the task directory was never deleted"
 
     expected = pm_ref.recompute(read_topic(bootstrap, topic))

@@ -19,7 +19,7 @@ from statekeeper.demo.app_process import AppProcess, spark_app_spec
 from statekeeper.kafka.embedded import EmbeddedBroker
 from statekeeper.runtime.app_spec import load_app_spec
 
-console = Console()
+console = Console(width=max(Console().width, 110))
 PARTITIONS = 4
 DROPPED_TASK = "0_1"
 
@@ -58,8 +58,10 @@ def _spark_recompute(bootstrap: str, topic: str) -> Any:
         .appName("statekeeper-demo-recompute")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
+    spark.sparkContext.setLogLevel("ERROR")
     try:
         register_sources(spark)
         df = (
