@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statekeeper.runtime.dsl.materialized import Materialized, materialized_or_default
-from statekeeper.runtime.nodes import SerdeRef
+from statekeeper.runtime.nodes import Op, SerdeRef
 from statekeeper.runtime.processors.aggregate import Aggregation, KStreamAggregateOp
+from statekeeper.runtime.processors.window_aggregate import WindowAggregateOp
 from statekeeper.stores.windows import TimeWindows
 
 if TYPE_CHECKING:
     from statekeeper.runtime.dsl.kstream import KStream
     from statekeeper.runtime.dsl.ktable import KTable
+    from statekeeper.runtime.dsl.streams_builder import StreamsBuilder
     from statekeeper.runtime.dsl.windowed import TimeWindowedKStream
 
 
@@ -53,35 +55,14 @@ def grouped_or_default(grouped: Grouped | str | None) -> Grouped:
     return grouped
 
 
-class KGroupedStream:
-    """A stream grouped by key, ready to aggregate. If the key may have changed upstream,
-    the first aggregation inserts a repartition topic (named after the grouping, or after
-    the aggregation's store)."""
+class _Aggregations:
+    """``count`` / ``reduce`` / ``aggregate`` of a grouped stream into a table: per key, or
+    per key and window when ``_source`` gives windows."""
 
-    def __init__(self, stream: KStream, grouped: Grouped, repartition: bool) -> None:
-        self._stream = stream
-        self._builder = stream._builder
-        self._grouped = grouped
-        self._repartition = repartition
-        self._input: tuple[str, SerdeRef, SerdeRef] | None = None
+    _builder: StreamsBuilder
 
-    def _serdes(self) -> tuple[SerdeRef, SerdeRef]:
-        b, s, g = self._builder, self._stream, self._grouped
-        key = g.key_serde or s._key_serde or b.default_key_serde
-        value = g.value_serde or s._value_serde or b.default_value_serde
-        return key, value
-
-    def input_node(self, store_name: str) -> tuple[str, SerdeRef, SerdeRef]:
-        """The node aggregations hang off (after the repartition, if one is needed)."""
-        if self._input is None:
-            key, value = self._serdes()
-            node = self._stream._node
-            if self._repartition:
-                node = self._builder._repartition(
-                    node, self._grouped.name or store_name, key, value, key_required=True
-                )
-            self._input = (node, key, value)
-        return self._input
+    def _source(self) -> tuple[KGroupedStream, TimeWindows | None]:
+        raise NotImplementedError
 
     def _aggregate(
         self,
@@ -92,15 +73,25 @@ class KGroupedStream:
     ) -> KTable:
         from statekeeper.runtime.dsl.ktable import KTable
 
+        grouped_stream, windows = self._source()
         b = self._builder
         m = materialized_or_default(materialized)
         store = m.name or b._store_name("KSTREAM-AGGREGATE")
-        node, key, value = self.input_node(store)
-        spec = m.key_value_spec(store, key, value_serde or value)
+        node, key, value = grouped_stream.input_node(store)
+        value = value_serde or value
+        if windows is None:
+            spec = m.key_value_spec(store, key, value)
+            op: Op = KStreamAggregateOp(spec.name, aggregation)
+        else:
+            spec = m.window_spec(store, windows, key, value)
+            op = WindowAggregateOp(spec.name, aggregation, windows)
         b._add_store(spec)
-        op = KStreamAggregateOp(spec.name, aggregation)
         proc = b._add_processor("KSTREAM-AGGREGATE", op, [node], [spec.name], name)
-        return KTable(b, proc, spec.key_serde, spec.value_serde, store=spec.name)
+        if windows is None:
+            return KTable(b, proc, spec.key_serde, spec.value_serde, store=spec.name)
+        return KTable(
+            b, proc, spec.key_serde, spec.value_serde, window_store=spec.name, windows=windows
+        )
 
     def count(
         self, materialized: Materialized | str | None = None, *, name: str | None = None
@@ -131,6 +122,40 @@ class KGroupedStream:
         aggregation = Aggregation("aggregate", initializer=initializer, aggregator=aggregator)
         default_value = self._builder.default_value_serde
         return self._aggregate(aggregation, materialized, default_value, name)
+
+
+class KGroupedStream(_Aggregations):
+    """A stream grouped by key, ready to aggregate. If the key may have changed upstream,
+    the first aggregation inserts a repartition topic (named after the grouping, or after
+    the aggregation's store)."""
+
+    def __init__(self, stream: KStream, grouped: Grouped, repartition: bool) -> None:
+        self._stream = stream
+        self._builder = stream._builder
+        self._grouped = grouped
+        self._repartition = repartition
+        self._input: tuple[str, SerdeRef, SerdeRef] | None = None
+
+    def _serdes(self) -> tuple[SerdeRef, SerdeRef]:
+        b, s, g = self._builder, self._stream, self._grouped
+        key = g.key_serde or s._key_serde or b.default_key_serde
+        value = g.value_serde or s._value_serde or b.default_value_serde
+        return key, value
+
+    def input_node(self, store_name: str) -> tuple[str, SerdeRef, SerdeRef]:
+        """The node aggregations hang off (after the repartition, if one is needed)."""
+        if self._input is None:
+            key, value = self._serdes()
+            node = self._stream._node
+            if self._repartition:
+                node = self._builder._repartition(
+                    node, self._grouped.name or store_name, key, value, key_required=True
+                )
+            self._input = (node, key, value)
+        return self._input
+
+    def _source(self) -> tuple[KGroupedStream, TimeWindows | None]:
+        return self, None
 
     def windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream:
         """Aggregate per time window (tumbling or hopping, with grace)."""

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from statekeeper.runtime.dsl.grouped import Grouped, KGroupedStream, grouped_or_default
+from statekeeper.runtime.dsl.joins import stream_table_join
 from statekeeper.runtime.dsl.materialized import Materialized, materialized_or_default
 from statekeeper.runtime.errors import TopologyError
 from statekeeper.runtime.nodes import Op, SerdeRef, TopicRef
@@ -187,14 +188,10 @@ class KStream:
     def join(self, table: KTable, joiner: Joiner, *, name: str | None = None) -> KStream:
         """Inner stream-table join: ``joiner(value, table_value)`` for records whose key is in
         the table at processing time; others are dropped."""
-        from statekeeper.runtime.dsl.joins import stream_table_join
-
         return stream_table_join(self, table, joiner, left=False, name=name)
 
     def left_join(self, table: KTable, joiner: Joiner, *, name: str | None = None) -> KStream:
         """Left stream-table join: ``joiner(value, table_value_or_None)`` for every record."""
-        from statekeeper.runtime.dsl.joins import stream_table_join
-
         return stream_table_join(self, table, joiner, left=True, name=name)
 
     # -- sinks and tables ------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from statekeeper.runtime.dsl.joins import table_table_join
 from statekeeper.runtime.dsl.materialized import Materialized, materialized_or_default
 from statekeeper.runtime.dsl.suppress import Suppressed
 from statekeeper.runtime.errors import TopologyError
@@ -178,8 +179,6 @@ class KTable:
         name: str | None = None,
     ) -> KTable:
         """Inner table-table join (co-partitioned): ``joiner(value, other_value)``."""
-        from statekeeper.runtime.dsl.joins import table_table_join
-
         return table_table_join(
             self, other, joiner, left=False, materialized=materialized, name=name
         )
@@ -193,8 +192,6 @@ class KTable:
         name: str | None = None,
     ) -> KTable:
         """Left table-table join: ``joiner(value, other_value_or_None)``."""
-        from statekeeper.runtime.dsl.joins import table_table_join
-
         return table_table_join(
             self, other, joiner, left=True, materialized=materialized, name=name
         )
