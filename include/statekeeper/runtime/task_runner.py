@@ -10,15 +10,12 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.model import OffsetRange, tp_key
 from statekeeper.settings import StatekeeperSettings
-
-CrashHook = Callable[[str, "TaskRun"], None]
 
 
 @dataclass(frozen=True)
@@ -81,29 +78,18 @@ def _services(settings_json: str) -> _WorkerServices:
     return _WorkerServices(StatekeeperSettings.model_validate_json(settings_json))
 
 
-def run_task(
-    run: TaskRun,
-    topology: Any,
-    settings_json: str,
-    crash_hook: CrashHook | None = None,
-) -> TaskRunResult:
+def run_task(run: TaskRun, topology: Any, settings_json: str) -> TaskRunResult:
     """Execute ``run`` against its stores and commit it; returns the task's metrics."""
     from statekeeper.kafka.range_reader import read_ranges
     from statekeeper.runtime.task import StreamTask
 
     services = _services(settings_json)
     settings = services.settings
-    hook = crash_hook or (lambda _step, _run: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
 
     specs = topology.store_specs(run.subtopology)
-    state = services.env.task(
-        run.task_id,
-        run.partition,
-        specs,
-        commit_hooks=[lambda step, _batch: hook(step, run)],
-    )
+    state = services.env.task(run.task_id, run.partition, specs)
     services.progress.begin(state.task_dir.path)
     outcomes = state.open()
     timings["open"] = time.perf_counter() - started
@@ -125,7 +111,6 @@ def run_task(
             t0 = time.perf_counter()
             records = read_ranges(services.consumer_conf, todo, settings.broker_timeout_s)
             timings["read"] = time.perf_counter() - t0
-            hook("records_read", run)
             t0 = time.perf_counter()
             task = StreamTask(
                 topology,
@@ -137,10 +122,8 @@ def run_task(
             )
             batch = task.process_batch(run.batch_id, run.batch_time_ms, records)
             timings["process"] = time.perf_counter() - t0
-            hook("processed", run)
             t0 = time.perf_counter()
             services.outputs.flush(settings.broker_timeout_s * 2)
-            hook("outputs_flushed", run)
             state.commit(run.batch_id, committed_offsets)
             timings["commit"] = time.perf_counter() - t0
             result.committed = True
