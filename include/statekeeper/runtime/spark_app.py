@@ -29,6 +29,8 @@ from statekeeper.settings import StatekeeperSettings
 
 log = logging.getLogger("statekeeper.app")
 
+LAG_REFRESH_S = 2.0  # how often the driver re-reads source end offsets for the status
+
 
 class StopRequested(StatekeeperError):
     """Raised inside a batch that began after a stop was requested: Spark keeps the batch
@@ -205,8 +207,10 @@ class StatekeeperApp:
         for key, value in {**defaults, **self.spark_conf}.items():
             if key in self.spark_conf or not existing.contains(key):
                 builder = builder.config(key, value)
+        own_session = SparkSession.getActiveSession() is None
         spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("WARN")
+        if own_session:  # a caller's session keeps the log level it chose
+            spark.sparkContext.setLogLevel("WARN")
         from statekeeper.runtime.kafka_source import register_sources
 
         register_sources(spark)
@@ -235,7 +239,13 @@ class StatekeeperApp:
     # -- supervise ---------------------------------------------------------------------------
 
     def _supervise(self, query: Any, stop_when_idle: bool, idle_s: float) -> None:
+        refreshed = 0.0
         while not query.awaitTermination(0.25):
+            if time.monotonic() - refreshed > LAG_REFRESH_S:
+                # Off the batch path: end offsets for the status page's source lag.
+                self._refresh_ends()
+                refreshed = time.monotonic()
+                self.board.write_file()
             if stop_when_idle and self._idle(idle_s):
                 log.info("all input processed; stopping")
                 self.stop()
@@ -336,7 +346,6 @@ class StatekeeperApp:
             )
         self._batch_seconds.append(seconds)
         self._processing_s += seconds
-        self._refresh_ends()
         self._last_batch_end = time.monotonic()
         last = {
             "batch_id": batch_id,
