@@ -109,10 +109,9 @@ class StatekeeperApp:
             query = self._start_query(spark)
             self._supervise(query, stop_when_idle, idle_s)
         except BaseException as exc:
+            # ERROR is final for this run, so a supervisor tells a crash from a clean stop.
             if self.state not in (AppState.ERROR, AppState.NOT_RUNNING):
                 self.machine.transition(AppState.ERROR, error=f"{type(exc).__name__}: {exc}")
-            self.machine.transition(AppState.PENDING_SHUTDOWN)
-            self.machine.transition(AppState.NOT_RUNNING)
             self.board.update(error=self.machine.error)
             raise
         finally:
