@@ -26,7 +26,7 @@ help:
 	@echo "make venv|install  create .venv and install requirements.lock + statekeeper (editable)"
 	@echo "make test          ruff, then the whole pytest suite (tests start their own servers)"
 	@echo "make lint          ruff only"
-	@echo "make demo          run the state-store demo (statekeeper demo)"
+	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery"
 	@echo "make bench-restore run the restore benchmark (prints JSON)"
 	@echo "make bench-throughput  statekeeper vs Spark stateful peers on 1M records (JSON, ~5 min)"
 	@echo "make lock          recompile requirements.lock from requirements.in"
