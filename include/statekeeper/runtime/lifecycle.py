@@ -23,10 +23,6 @@ class AppState(enum.Enum):
     NOT_RUNNING = "NOT_RUNNING"
     ERROR = "ERROR"
 
-    @property
-    def is_running_or_starting(self) -> bool:
-        return self in (AppState.REBALANCING, AppState.RESTORING, AppState.RUNNING)
-
 
 _ALLOWED: dict[AppState, set[AppState]] = {
     AppState.CREATED: {AppState.REBALANCING, AppState.PENDING_SHUTDOWN, AppState.ERROR},
