@@ -60,9 +60,7 @@ class AppUnderTest:
 
     @property
     def settings(self) -> Any:
-        return self.spec.resolved_settings(
-            **{k: v for k, v in self.overrides.items() if k != "status_port"}, status_port=None
-        )
+        return self.spec.resolved_settings(**self.overrides)
 
     def process(self, run: int, **kwargs: Any) -> AppProcess:
         return AppProcess(self.spec_path, self.overrides, self.workdir / f"run{run}.log", **kwargs)

@@ -23,6 +23,7 @@ from statekeeper.generate.word_count import word_count_lines
 from statekeeper.recompute import patient_monitoring as pm_ref
 from statekeeper.recompute import word_count as wc_ref
 from statekeeper.recompute.reader import read_topic
+from statekeeper.runtime.dlq import dlq_topic
 from statekeeper.runtime.output_reader import read_deduped as deduped
 from statekeeper.runtime.output_reader import source_positions as sources_of
 from statekeeper.runtime.store_reader import read_store
@@ -88,7 +89,7 @@ def test_word_count_is_exact_after_random_kill9s(broker, tmp_path) -> None:
     counts = read_store(app.settings, topology, "word-counts", PARTITIONS)
     assert counts == expected.counts, f"kills: {json.dumps(app.kills)}"
 
-    dlq = deduped(bootstrap, f"{app.app_id}-dlq")
+    dlq = deduped(bootstrap, dlq_topic(app.app_id))
     assert sorted(sources_of(dlq)) == sorted(expected.dlq)
 
     latest: dict[str, int] = {}
@@ -129,7 +130,7 @@ def test_patient_monitoring_is_exact_after_random_kill9s(broker, tmp_path) -> No
     table = read_store(app.settings, topology, "heart-rate", PARTITIONS)
     assert table == expected.heart_rate
 
-    dlq = deduped(bootstrap, f"{app.app_id}-dlq")
+    dlq = deduped(bootstrap, dlq_topic(app.app_id))
     assert sorted(sources_of(dlq)) == sorted(expected.dlq)
 
     got_alerts = [json.loads(r.value) for r in deduped(bootstrap, alerts)]  # type: ignore[arg-type]

@@ -89,6 +89,7 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
     from statekeeper.generate.producer import produce
     from statekeeper.recompute import patient_monitoring as reference
     from statekeeper.recompute.reader import read_topic
+    from statekeeper.runtime.dlq import dlq_topic
     from statekeeper.runtime.output_reader import read_deduped, source_positions
     from statekeeper.runtime.store_reader import read_store
 
@@ -165,7 +166,7 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
             sorted(expected.alerts, key=key),
             problems,
         )
-        dlq = source_positions(read_deduped(bootstrap, f"{spec.application_id}-dlq"))
+        dlq = source_positions(read_deduped(bootstrap, dlq_topic(spec.application_id)))
         _compare("DLQ (malformed inputs)", sorted(dlq), sorted(expected.dlq), problems)
         if python_ref.pulse_windows != expected.pulse_windows:
             problems.append("the Spark and pure-Python recomputations disagree")

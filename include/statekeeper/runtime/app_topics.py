@@ -11,20 +11,12 @@ from statekeeper.errors import ConfigError
 from statekeeper.kafka.admin import ensure_topic, partition_count
 
 
-def dlq_topic(application_id: str) -> str:
-    """``<application_id>-dlq``: where undecodable or keyless records go."""
-    return f"{application_id}-dlq"
-
-
 @dataclass(frozen=True)
 class TopicPlan:
     """Partition counts of every topic the app reads, and its tasks."""
 
     partitions: dict[str, int]  # source + repartition topics
     tasks: list[tuple[int, int]]  # (subtopology, partition)
-
-    def task_id(self, subtopology: int, partition: int) -> str:
-        return f"{subtopology}_{partition}"
 
 
 def prepare_topics(admin: Any, topology: Any, application_id: str, timeout_s: float) -> TopicPlan:
@@ -43,17 +35,10 @@ def prepare_topics(admin: Any, topology: Any, application_id: str, timeout_s: fl
             "`statekeeper generate ...`) before starting the app"
         )
     width = max(partitions.values(), default=1)
-    for topic in topology.internal_topics(application_id):
-        ensure_topic(admin, topic, width, timeout_s=timeout_s)
-        partitions[topic] = width
-
-    for group in topology.copartition_groups(application_id):
-        counts = {topic: partitions[topic] for topic in group if topic in partitions}
-        if len(set(counts.values())) > 1:
-            raise ConfigError(
-                "topics joined or read by one subtopology must be co-partitioned (same "
-                f"partition count): {counts}"
-            )
+    for topic, count in topology.repartition_partitions(application_id, partitions).items():
+        ensure_topic(admin, topic, count, timeout_s=timeout_s)
+        partitions[topic] = count
+    topology.check_copartitioning(application_id, partitions)
 
     tasks: list[tuple[int, int]] = []
     for sub in topology.subtopologies:
@@ -68,7 +53,7 @@ def prepare_topics(admin: Any, topology: Any, application_id: str, timeout_s: fl
             )
         tasks.extend((sub.id, p) for p in range(sub_partitions))
 
-    ensure_topic(admin, dlq_topic(application_id), width, timeout_s=timeout_s)
+    ensure_topic(admin, topology.dlq_topic(application_id), width, timeout_s=timeout_s)
     for topic in topology.output_topics(application_id):
         if partition_count(admin, topic, timeout_s) is None:
             ensure_topic(admin, topic, width, timeout_s=timeout_s)

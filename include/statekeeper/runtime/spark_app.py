@@ -25,6 +25,7 @@ from statekeeper.runtime.restore_progress import read_restore_progress
 from statekeeper.runtime.spark_checkpoint import batch_timestamp_ms, last_committed_offsets
 from statekeeper.runtime.status import StatusBoard, StatusServer
 from statekeeper.runtime.task_runner import TaskRun, TaskRunResult, run_task, settings_to_json
+from statekeeper.runtime.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 
 log = logging.getLogger("statekeeper.app")
@@ -168,7 +169,7 @@ class StatekeeperApp:
         self.board.update(
             broker=profile.name,
             topology=self.topology.describe(),
-            tasks={plan.task_id(sub, p): {} for sub, p in plan.tasks},
+            tasks={task_id(sub, p): {} for sub, p in plan.tasks},
         )
         return plan
 
@@ -302,7 +303,7 @@ class StatekeeperApp:
             by_task[(sub, r.partition)].append(r)
         return [
             TaskRun(
-                task_id=f"{sub}_{partition}",
+                task_id=task_id(sub, partition),
                 subtopology=sub,
                 partition=partition,
                 ranges=tuple(sorted(ranges, key=lambda r: r.topic)),
@@ -378,14 +379,14 @@ class StatekeeperApp:
         lag: dict[str, int] = defaultdict(int)
         for (topic, p), end in self._ends.items():
             sub = self.topology.subtopology_of(self.app_id, topic)
-            lag[f"{sub}_{p}"] += max(0, end - self._positions.get((topic, p), 0))
+            lag[task_id(sub, p)] += max(0, end - self._positions.get((topic, p), 0))
         tasks: dict[str, Any] = {}
         state_root = Path(self.settings.state_dir) / self.app_id
         for sub, p in self._plan.tasks:
-            task_id = self._plan.task_id(sub, p)
-            tasks[task_id] = {
-                "source_lag": lag.get(task_id) if self._ends else None,
-                "restore_progress": read_restore_progress(state_root / task_id),
+            tid = task_id(sub, p)
+            tasks[tid] = {
+                "source_lag": lag.get(tid) if self._ends else None,
+                "restore_progress": read_restore_progress(state_root / tid),
             }
         out["task_live"] = tasks
         return out

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from statekeeper.errors import StatekeeperError
+from statekeeper.runtime.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores.metered import WindowStore
@@ -17,7 +18,7 @@ def _tasks_of(topology: Any, store: str, partitions: int) -> Iterator[tuple[str,
     for sub in topology.subtopologies:
         if any(spec.name == store for spec in topology.store_specs(sub.id)):
             for p in range(partitions):
-                yield f"{sub.id}_{p}", sub.id, p
+                yield task_id(sub.id, p), sub.id, p
             return
     raise StatekeeperError(f"topology has no store {store!r}")
 

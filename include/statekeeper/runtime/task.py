@@ -32,7 +32,7 @@ from statekeeper.runtime.record_order import merge_by_timestamp, unprocessed
 from statekeeper.runtime.repartition_dedupe import RepartitionDedupe
 from statekeeper.runtime.stream_time import TaskState
 from statekeeper.runtime.task_context import RuntimeNode, TaskContext
-from statekeeper.runtime.topology import Topology
+from statekeeper.runtime.topology import Topology, task_id
 from statekeeper.runtime.vectorized import VectorizedChain, deserializer
 from statekeeper.stores.serdes import serde_for
 
@@ -94,7 +94,7 @@ class StreamTask:
         self.subtopology = sub
         self.partition = partition
         self.application_id = application_id
-        self.task_id = f"{sub.id}_{partition}"
+        self.task_id = task_id(sub.id, partition)
         self.state = state
         self._fail = topology.processing_errors == "fail"
         stores: dict[str, Any] = {}

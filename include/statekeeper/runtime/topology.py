@@ -25,6 +25,11 @@ from statekeeper.runtime.stream_time import task_state_spec, task_state_store_na
 from statekeeper.stores.builders import StoreSpec
 
 
+def task_id(subtopology_id: int, partition: int) -> str:
+    """``<subtopology>_<partition>``, as in Kafka Streams (DESIGN.md R1)."""
+    return f"{subtopology_id}_{partition}"
+
+
 @dataclass
 class Subtopology:
     """One independently scheduled part of the topology."""
