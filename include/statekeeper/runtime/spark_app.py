@@ -55,6 +55,7 @@ class StatekeeperApp:
     ) -> None:
         self.topology = topology
         self.settings = settings
+        self._settings_json = settings_to_json(settings)  # what executors rebuild them from
         self.app_id = settings.application_id
         self.spark_conf = dict(spark_conf or {})
         self.machine = AppStateMachine(listeners)
@@ -316,7 +317,7 @@ class StatekeeperApp:
     def _execute(self, spark: Any, runs: list[TaskRun]) -> list[TaskRunResult]:
         if not runs:
             return []
-        topology, settings_json = self.topology, settings_to_json(self.settings)
+        topology, settings_json = self.topology, self._settings_json
         rdd = spark.sparkContext.parallelize(runs, len(runs))
         return rdd.map(lambda run: run_task(run, topology, settings_json)).collect()
 
