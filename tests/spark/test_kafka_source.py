@@ -14,6 +14,7 @@ from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.embedded import EmbeddedBroker
 from statekeeper.kafka.partitioning import partition_for_key as murmur2_partition
+from statekeeper.runtime.spark_checkpoint import logged_batch_ranges
 
 # Spark's JVM Kafka source schema (KafkaRecordToRowConverter.kafkaSchema with headers).
 JVM_KAFKA_SCHEMA = (
@@ -220,11 +221,20 @@ def test_ranges_source_batch_and_processing_time_stream(
     )
     assert sorted(per_spark_partition) == [[0], [1], [2]]
 
-    # Streaming with a processing-time trigger: ranges tile the offsets without gaps or overlap.
+    # Streaming with a processing-time trigger: ranges tile the offsets without gaps or overlap,
+    # and Spark's offset log gives the same ranges as the source (what the runtime relies on).
     seen: list[tuple[str, int, int, int]] = []
+    from_log: list[int] = []
+    checkpoint = tmp_path / "ranges-checkpoint"
 
     def collect(df: Any, batch_id: int) -> None:
-        seen.extend(tuple(r) for r in df.collect())
+        rows = sorted(tuple(r) for r in df.collect())
+        seen.extend(rows)
+        logged = logged_batch_ranges(checkpoint, batch_id)
+        if logged is not None:
+            as_rows = sorted((r.topic, r.partition, r.start, r.end) for r in logged)
+            assert as_rows == rows, f"batch {batch_id}"
+            from_log.append(batch_id)
 
     def start_query() -> Any:
         return (
@@ -235,7 +245,7 @@ def test_ranges_source_batch_and_processing_time_stream(
             .option("maxRecordsPerBatch", "120")
             .load()
             .writeStream.foreachBatch(collect)
-            .option("checkpointLocation", str(tmp_path / "ranges-checkpoint"))
+            .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime="200 milliseconds")
             .start()
         )
@@ -264,6 +274,7 @@ def test_ranges_source_batch_and_processing_time_stream(
     finally:
         query.stop()
     assert covered() == 450
+    assert len(from_log) >= 3 and 0 not in from_log  # batch 0's start is not logged
     assert all(end - start <= 120 for _, _, start, end in seen)
     for p in range(3):
         spans = sorted((s, e) for t, part, s, e in seen if part == p)

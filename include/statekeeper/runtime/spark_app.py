@@ -22,7 +22,11 @@ from statekeeper.kafka.model import OffsetRange
 from statekeeper.runtime.app_topics import TopicPlan, prepare_topics
 from statekeeper.runtime.lifecycle import AppState, AppStateMachine, StateListener
 from statekeeper.runtime.restore_progress import read_restore_progress
-from statekeeper.runtime.spark_checkpoint import batch_timestamp_ms, last_committed_offsets
+from statekeeper.runtime.spark_checkpoint import (
+    batch_timestamp_ms,
+    last_committed_offsets,
+    logged_batch_ranges,
+)
 from statekeeper.runtime.status import StatusBoard, StatusServer
 from statekeeper.runtime.task_runner import TaskRun, TaskRunResult, run_task, settings_to_json
 from statekeeper.runtime.topology import task_id
@@ -289,17 +293,27 @@ class StatekeeperApp:
             started = time.perf_counter()
             if self.state is AppState.REBALANCING:
                 self.machine.transition(AppState.RESTORING)
-            runs = self._plan_tasks(ranges_df.collect(), batch_id)
+            runs = self._plan_tasks(self._batch_ranges(ranges_df, batch_id), batch_id)
             results = self._execute(ranges_df.sparkSession, runs)
             self._record(batch_id, runs, results, time.perf_counter() - started)
             if self.state is AppState.RESTORING:
                 self.machine.transition(AppState.RUNNING)
 
-    def _plan_tasks(self, rows: list[Any], batch_id: int) -> list[TaskRun]:
+    def _batch_ranges(self, ranges_df: Any, batch_id: int) -> list[OffsetRange]:
+        """The batch's offset ranges: from Spark's offset log when it holds both ends (no
+        Spark job needed), else by running the ranges source over the batch."""
+        logged = logged_batch_ranges(self.checkpoint, batch_id)
+        if logged is not None:
+            return logged
+        return [
+            OffsetRange(row.topic, row.partition, row.start_offset, row.end_offset)
+            for row in ranges_df.collect()
+        ]
+
+    def _plan_tasks(self, ranges: list[OffsetRange], batch_id: int) -> list[TaskRun]:
         batch_time = batch_timestamp_ms(self.checkpoint, batch_id)
         by_task: dict[tuple[int, int], list[OffsetRange]] = defaultdict(list)
-        for row in rows:
-            r = OffsetRange(row.topic, row.partition, row.start_offset, row.end_offset)
+        for r in ranges:
             sub = self.topology.subtopology_of(self.app_id, r.topic)
             by_task[(sub, r.partition)].append(r)
         return [

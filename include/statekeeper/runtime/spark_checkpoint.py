@@ -1,9 +1,11 @@
-"""Reads the two facts the runtime needs from Spark's streaming checkpoint directory.
+"""Reads the facts the runtime needs from Spark's streaming checkpoint directory.
 
 Spark writes ``offsets/<batch>`` (version line, batch metadata JSON with
 ``batchTimestampMs``, then one offset JSON per source) before a batch runs and
 ``commits/<batch>`` after it succeeds. A re-run batch keeps its logged timestamp, which is
-why "wall-clock" punctuation uses it (DESIGN.md invariant 2).
+why "wall-clock" punctuation uses it (DESIGN.md invariant 2). Batch N reads from the
+offsets logged for batch N-1 to those logged for N, which is also how Spark itself asks
+the source for the batch's partitions.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.errors import StatekeeperError
+from statekeeper.kafka.model import OffsetRange
+from statekeeper.runtime.kafka_offset_planning import offsets_from_dict
 
 
 def _offset_log(checkpoint: Path, batch_id: int) -> list[str]:
@@ -45,3 +49,31 @@ def last_committed_offsets(checkpoint: Path) -> dict[str, Any] | None:
         if len(lines) >= 3 and lines[2] not in ("", "-"):
             return json.loads(lines[2])
     return None
+
+
+def logged_batch_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange] | None:
+    """The offset ranges of ``batch_id`` from the offset log: batch N-1's logged end offsets
+    to batch N's. None when the log cannot say (batch 0, whose start Spark takes from the
+    source's initial offset without logging it; a purged or unreadable entry; a partition
+    that is new in this batch, whose start the source chose): ask the source instead."""
+    if batch_id <= 0:
+        return None
+    try:
+        end = _source_offsets(checkpoint, batch_id)
+        start = _source_offsets(checkpoint, batch_id - 1)
+    except (StatekeeperError, ValueError):
+        return None
+    if end is None or start is None or not end.keys() <= start.keys():
+        return None
+    return [
+        OffsetRange(topic, partition, start[(topic, partition)], stop)
+        for (topic, partition), stop in sorted(end.items())
+        if stop > start[(topic, partition)]
+    ]
+
+
+def _source_offsets(checkpoint: Path, batch_id: int) -> dict[tuple[str, int], int] | None:
+    lines = _offset_log(checkpoint, batch_id)
+    if len(lines) != 3 or lines[2] in ("", "-"):  # exactly one source, with an offset
+        return None
+    return offsets_from_dict(json.loads(lines[2]), f"offsets/{batch_id}")
