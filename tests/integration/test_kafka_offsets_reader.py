@@ -13,6 +13,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from statekeeper.errors import BrokerUnavailableError, StatekeeperError
 from statekeeper.kafka.adapter import consumer_config, producer_config
 from statekeeper.kafka.admin import ensure_topic
+from statekeeper.kafka.consumed_run import (
+    ConsumedRun,
+    key_column,
+    max_timestamp,
+    timestamp_column,
+    value_column,
+)
 from statekeeper.kafka.embedded import EmbeddedBroker, free_port
 from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets
@@ -20,6 +27,7 @@ from statekeeper.kafka.range_reader import (
     RangeReadError,
     iter_partition_runs,
     iter_range_chunks,
+    read_range_runs,
     read_ranges,
 )
 
@@ -141,6 +149,24 @@ def test_read_ranges_returns_exactly_each_range(
     assert any(rec.key is None for rec in whole)
     assert any(rec.value is None for rec in whole)
     assert ("empty", None) in whole[0].headers and whole[0].headers.count(("dup", b"a")) == 1
+
+    # The same ranges as ConsumedRuns: equal as records, as columns, indexed and sliced.
+    runs = read_range_runs(conf, ranges, timeout_s=15)
+    assert set(runs) == set(out)
+    for tp, run in runs.items():
+        records = out[tp]
+        assert isinstance(run, ConsumedRun) and len(run) == len(records)
+        assert list(run) == records
+        assert key_column(run) == key_column(records) == [r.key for r in records]
+        assert value_column(run) == value_column(records) == [r.value for r in records]
+        assert timestamp_column(run) == [r.timestamp_ms for r in records]
+        expected_max = max(timestamp_column(run), default=-1)
+        assert max_timestamp(run) == max_timestamp(records) == expected_max
+        if records:
+            assert run[0] == records[0] and run[-1] == records[-1]
+            middle = len(records) // 2
+            assert list(run[middle:]) == records[middle:]
+            assert isinstance(run[middle:], ConsumedRun)
 
 
 def test_random_ranges_match_and_chunks_are_single_partition_runs(

@@ -17,7 +17,7 @@ from statekeeper.kafka.adapter import consumer_config, producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_end_offsets
-from statekeeper.kafka.range_reader import read_ranges
+from statekeeper.kafka.range_reader import read_range_runs, read_ranges
 from statekeeper.runtime.dsl import Materialized, StreamsBuilder
 from statekeeper.runtime.kafka_sink import OutputProducer
 from statekeeper.runtime.task import StreamTask
@@ -49,7 +49,8 @@ class Runner:
         state = self.env.task("0_0", 0, self.specs)
         self.restores = state.open()
         try:
-            records = read_ranges(
+            # As the Spark task runner reads: ConsumedRuns, records built only where needed.
+            records = read_range_runs(
                 self.consumer_conf, [OffsetRange(self.input, 0, start, end)], TIMEOUT
             )
             task = StreamTask(self.topology, 0, 0, state, self.outputs, self.app)

@@ -11,7 +11,8 @@ Three views of the same stream:
 - :func:`iter_partition_runs` yields ``(tp, messages)``: raw ``confluent_kafka.Message``
   runs of one partition (for columnar conversion, e.g. the Spark source's Arrow batches);
 - :func:`iter_range_chunks` yields lists of :class:`KafkaRecord`, one partition per list;
-- :func:`read_ranges` collects everything per ``tp_key``.
+- :func:`read_ranges` collects everything per ``tp_key``, and :func:`read_range_runs` does
+  too without building records (:class:`~statekeeper.kafka.consumed_run.ConsumedRun`).
 Within one partition records always come in offset order.
 """
 
@@ -20,13 +21,14 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
-from itertools import groupby, repeat
+from itertools import groupby
 from operator import methodcaller
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from statekeeper.errors import BrokerUnavailableError, StatekeeperError
+from statekeeper.kafka.consumed_run import ConsumedRun, to_records
 from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
 from statekeeper.kafka.offsets import (
     eof_consumer,
@@ -40,10 +42,6 @@ TP = tuple[str, int]
 DEFAULT_CHUNK = 20_000
 _POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (ENVIRONMENT.md)
 _error = methodcaller("error")
-_headers = methodcaller("headers")
-_key = methodcaller("key")
-_timestamp = methodcaller("timestamp")
-_value = methodcaller("value")
 _offset = methodcaller("offset")
 _partition = methodcaller("partition")
 _topic = methodcaller("topic")
@@ -72,6 +70,17 @@ def read_ranges(
     return out
 
 
+def read_range_runs(
+    consumer_conf: dict[str, Any], ranges: Iterable[OffsetRange], timeout_s: float = 30.0
+) -> dict[str, ConsumedRun]:
+    """:func:`read_ranges` without building records: one :class:`ConsumedRun` per range."""
+    ranges = list(ranges)
+    messages: dict[TP, list[Message]] = {(r.topic, r.partition): [] for r in ranges}
+    for tp, msgs in iter_partition_runs(consumer_conf, ranges, timeout_s):
+        messages[tp].extend(msgs)
+    return {tp_key(t, p): ConsumedRun(t, p, msgs) for (t, p), msgs in messages.items()}
+
+
 def iter_range_chunks(
     consumer_conf: dict[str, Any],
     ranges: Iterable[OffsetRange],
@@ -85,38 +94,6 @@ def iter_range_chunks(
         consumer_conf, ranges, timeout_s, chunk_size
     ):
         yield to_records(topic, partition, msgs)
-
-
-def to_records(topic: str, partition: int, msgs: list[Message]) -> list[KafkaRecord]:
-    """A run of one partition's messages as :class:`KafkaRecord` s, built column by column."""
-    timestamps = [ts for _, ts in map(_timestamp, msgs)]
-    headers = [tuple(h) if h else () for h in map(_headers, msgs)]
-    return list(
-        map(
-            KafkaRecord,
-            repeat(topic),
-            repeat(partition),
-            map(_offset, msgs),
-            timestamps,
-            map(_key, msgs),
-            map(_value, msgs),
-            headers,
-        )
-    )
-
-
-def to_record(msg: Message) -> KafkaRecord:
-    """A consumed confluent_kafka message as a :class:`KafkaRecord`."""
-    headers = msg.headers()
-    return KafkaRecord(
-        msg.topic(),
-        msg.partition(),
-        msg.offset(),
-        msg.timestamp()[1],
-        msg.key(),
-        msg.value(),
-        tuple(headers) if headers else (),
-    )
 
 
 def iter_partition_runs(

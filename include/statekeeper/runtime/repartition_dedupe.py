@@ -8,6 +8,8 @@ task-state store (committed with the data) and skips every record at or below it
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from statekeeper.kafka.model import KafkaRecord
 from statekeeper.runtime.output_headers import BATCH, SEQ, TASK, dedupe_id
 
@@ -19,7 +21,7 @@ class RepartitionDedupe:
     def __init__(self, positions: dict[str, tuple[int, int]]) -> None:
         self.positions = positions
 
-    def filter(self, topic: str, records: list[KafkaRecord]) -> tuple[list[KafkaRecord], int]:
+    def filter(self, topic: str, records: Iterable[KafkaRecord]) -> tuple[list[KafkaRecord], int]:
         """Records of ``topic`` to apply (in order) and the number of duplicates skipped."""
         prefix = topic + "|"
         last: dict[bytes, tuple[int, int]] = {}

@@ -17,6 +17,7 @@ After a failed batch, reopen the state and build a new StreamTask.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -170,15 +171,16 @@ class StreamTask:
     # -- processing ------------------------------------------------------------------------
 
     def process_batch(
-        self, batch_id: int, batch_time_ms: int, records: dict[str, list[KafkaRecord]]
+        self, batch_id: int, batch_time_ms: int, records: Mapping[str, Sequence[KafkaRecord]]
     ) -> TaskBatchResult:
-        """Process one micro-batch (``records`` keyed by ``topic:partition``)."""
+        """Process one micro-batch (``records`` keyed by ``topic:partition``, each in offset
+        order: a list, or a ConsumedRun that the vectorised path reads as columns)."""
         started = time.perf_counter()
         ctx = self._ctx
         ctx.begin_batch(batch_id, batch_time_ms)
         result = TaskBatchResult(self.task_id, batch_id, vectorized=self._vector is not None)
         processed_offsets = self.state.processed_offsets
-        lists: list[list[KafkaRecord]] = []
+        lists: list[Sequence[KafkaRecord]] = []
         for tp, recs in records.items():
             source = self._source_for(tp)
             result.records_read += len(recs)

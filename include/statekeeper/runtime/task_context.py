@@ -8,7 +8,7 @@ leave through :meth:`TaskContext.emit` / :meth:`TaskContext.dead_letter`, which 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from statekeeper.kafka.model import KafkaRecord
@@ -224,7 +224,7 @@ class TaskContext(ProcessorContext):
         keys: list[bytes | None],
         values: list[bytes | None],
         sources: list[int] | range,
-        records: list[KafkaRecord],
+        records: Sequence[KafkaRecord],
         refs: list[bytes] | None,
     ) -> None:
         """Batch-path emit: row i is ``keys[i]``/``values[i]`` from input record

@@ -80,7 +80,7 @@ def _services(settings_json: str) -> _WorkerServices:
 
 def run_task(run: TaskRun, topology: Any, settings_json: str) -> TaskRunResult:
     """Execute ``run`` against its stores and commit it; returns the task's metrics."""
-    from statekeeper.kafka.range_reader import read_ranges
+    from statekeeper.kafka.range_reader import read_range_runs
     from statekeeper.runtime.task import StreamTask
 
     services = _services(settings_json)
@@ -109,7 +109,7 @@ def run_task(run: TaskRun, topology: Any, settings_json: str) -> TaskRunResult:
         result.records_skipped = skipped
         if todo:
             t0 = time.perf_counter()
-            records = read_ranges(services.consumer_conf, todo, settings.broker_timeout_s)
+            records = read_range_runs(services.consumer_conf, todo, settings.broker_timeout_s)
             timings["read"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             task = StreamTask(

@@ -10,22 +10,24 @@ processing; only the number of intermediate table updates emitted differs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import compress
-from operator import attrgetter
 from typing import Any
 
+from statekeeper.kafka.consumed_run import (
+    key_column,
+    max_timestamp,
+    timestamp_column,
+    value_column,
+)
 from statekeeper.kafka.model import KafkaRecord
-from statekeeper.runtime.columns import Columns, Failures, guarded_map
+from statekeeper.runtime.columns import Columns, Failures, guarded_map, has_none
 from statekeeper.runtime.dlq import DESERIALIZATION, classify, is_fatal
 from statekeeper.runtime.errors import NullKeyError
 from statekeeper.runtime.nodes import ProcessorNode, SinkNode, SourceNode
 from statekeeper.runtime.processors.sink import serializer
 from statekeeper.runtime.task_context import TaskContext
 from statekeeper.stores.serdes import BytesSerde, StringSerde, serde_for
-
-_KEY = attrgetter("key")
-_VALUE = attrgetter("value")
-_TS = attrgetter("timestamp_ms")
 
 
 def deserializer(serde: Any) -> Any:
@@ -44,7 +46,7 @@ def convert(fn: Any, column: list[Any]) -> tuple[list[Any], Failures]:
     if fn is None:
         return column, []
     out, failures = guarded_map(fn, column)
-    if None in column:  # e.g. JSON would turn a tombstone into b"null"
+    if has_none(column):  # e.g. JSON would turn a tombstone into b"null"
         for row, x in enumerate(column):
             if x is None:
                 out[row] = None
@@ -55,7 +57,7 @@ def convert(fn: Any, column: list[Any]) -> tuple[list[Any], Failures]:
 class _Env:
     """BatchEnv of one run: rejects go to the DLQ and are remembered."""
 
-    def __init__(self, records: list[KafkaRecord], ctx: TaskContext, fail: bool) -> None:
+    def __init__(self, records: Sequence[KafkaRecord], ctx: TaskContext, fail: bool) -> None:
         self.records = records
         self.ctx = ctx
         self.fail = fail
@@ -115,9 +117,10 @@ class VectorizedChain:
             self.key_ser = serializer(self.sink.key_serde)
             self.value_ser = serializer(self.sink.value_serde)
 
-    def run(self, records: list[KafkaRecord]) -> tuple[int, int]:
-        """Process ``records`` (one partition, offset order); returns (processed, stream time
-        of the valid records or -1)."""
+    def run(self, records: Sequence[KafkaRecord]) -> tuple[int, int]:
+        """Process ``records`` (one partition, offset order; a ConsumedRun is read as columns,
+        without building records); returns (processed, stream time of the valid records or
+        -1)."""
         if not records:
             return 0, -1
         env = _Env(records, self.ctx, self.fail)
@@ -132,14 +135,15 @@ class VectorizedChain:
         if self.sink is not None:
             self._emit(cols, env)
         if env.rejected:
-            valid = [r.timestamp_ms for i, r in enumerate(records) if i not in env.rejected]
+            timestamps = timestamp_column(records)
+            valid = [ts for i, ts in enumerate(timestamps) if i not in env.rejected]
             return len(valid), max(valid, default=-1)
-        return len(records), max(map(_TS, records))
+        return len(records), max_timestamp(records)
 
-    def _deserialize(self, records: list[KafkaRecord], env: _Env) -> Columns:
-        keys, key_failures = convert(self.key_de, list(map(_KEY, records)))
+    def _deserialize(self, records: Sequence[KafkaRecord], env: _Env) -> Columns:
+        keys, key_failures = convert(self.key_de, key_column(records))
         value_de = self.value_de if self.decode_values else None
-        values, value_failures = convert(value_de, list(map(_VALUE, records)))
+        values, value_failures = convert(value_de, value_column(records))
         failures = key_failures + value_failures
         if not failures:
             return Columns(keys, values, None)
@@ -181,7 +185,7 @@ class VectorizedChain:
     def _serialize(ser: Any, column: list[Any], required: bool) -> tuple[list[Any], Failures]:
         """Serialize a column; None stays None (tombstone / no key) unless ``required``."""
         out, failures = convert(ser, column)
-        if required and None in column:
+        if required and has_none(column):
             error = NullKeyError("a repartition topic needs a key; the record has none")
             failures += [(row, error) for row, key in enumerate(column) if key is None]
         return out, failures

@@ -26,7 +26,7 @@ from statekeeper.changelog.listeners import (
 )
 from statekeeper.changelog.records import CommitMarker, changelog_topic
 from statekeeper.changelog.restorer import ChangelogRestorer, RestoreJob, RestoreOutcome
-from statekeeper.changelog.writer import ChangelogWriter
+from statekeeper.changelog.writer import ChangelogWriter, PartitionSink
 from statekeeper.errors import StatekeeperError, StoreCorruptError
 from statekeeper.state.checkpoint import write_checkpoint
 from statekeeper.state.directory import TaskDirectory, TaskLock
@@ -105,12 +105,7 @@ class TaskStateManager:
     def _open_store(self, spec: StoreSpec) -> RestoreJob | None:
         topic = changelog_topic(self.application_id, spec.name) if spec.logging_enabled else None
         path = self.task_dir.store_path(spec.name)
-        sink = None
-        if topic is not None:
-            send, partition = self.writer.send, self.partition
-
-            def sink(key: bytes, value: bytes | None, _t: str = topic) -> None:
-                send(_t, partition, key, value)
+        sink = None if topic is None else PartitionSink(self.writer, topic, self.partition)
 
         reason = None
         try:

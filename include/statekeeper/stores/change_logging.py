@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from operator import itemgetter, methodcaller
 
 from statekeeper.stores.base import KeyValueBytesStore, Value, WrappedKeyValueStore
 from statekeeper.stores.lru import LRUKeyValueStore
 from statekeeper.stores.window import WindowBytesStore, changelog_window_key
 
-# Receives (changelog key, absolute value or None for a tombstone).
+# Receives (changelog key, absolute value or None for a tombstone). A sink with a
+# ``send_all(items)`` method gets a batch's records in one call.
 ChangelogSink = Callable[[bytes, Value], None]
 
 RESERVED_KEY_PREFIX = b"\x00__statekeeper."
+_is_reserved = methodcaller("startswith", RESERVED_KEY_PREFIX)
+_first = itemgetter(0)
 
 
 def check_key(store: str, key: bytes) -> None:
@@ -29,6 +33,9 @@ class ChangeLoggingKeyValueStore(WrappedKeyValueStore):
     def __init__(self, wrapped: KeyValueBytesStore, sink: ChangelogSink) -> None:
         super().__init__(wrapped)
         self._sink = sink
+        self._sink_all: Callable[[list[tuple[bytes, Value]]], None] = getattr(
+            sink, "send_all", self._send_each
+        )
         self._logs_evictions = isinstance(wrapped, LRUKeyValueStore)
         if self._logs_evictions:
             # An evicted key must not come back on restore: log its removal.
@@ -47,9 +54,13 @@ class ChangeLoggingKeyValueStore(WrappedKeyValueStore):
             for key, value in items:
                 self.put(key, value)
             return
-        for key, _ in items:
-            check_key(self.name, key)
+        if any(map(_is_reserved, map(_first, items))):
+            for key, _ in items:
+                check_key(self.name, key)
         self.wrapped.put_all(items)
+        self._sink_all(items)
+
+    def _send_each(self, items: list[tuple[bytes, Value]]) -> None:
         sink = self._sink
         for key, value in items:
             sink(key, value)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from itertools import repeat
+from operator import is_not
 from typing import Any, Generic, TypeVar
 
 from statekeeper.stores.base import KeyValueBytesStore, StoreMetadata
 from statekeeper.stores.metrics import StoreMetrics
-from statekeeper.stores.serdes import Serde, SerdeError
+from statekeeper.stores.serdes import Serde, SerdeError, deserialize_all, serialize_all
 from statekeeper.stores.window import split_changelog_window_key
 
 K = TypeVar("K")
@@ -100,8 +102,15 @@ class KeyValueStore(_TypedStore, Generic[K, V]):
 
     def get_many(self, keys: list[K]) -> list[V | None]:
         with _Timer(self.metrics, "get", len(keys)):
-            raw = self.wrapped.get_many([self.key_serde.serialize(k) for k in keys])
-            return [self._value(v, k) for k, v in zip(keys, raw, strict=True)]
+            raw = self.wrapped.get_many(serialize_all(self.key_serde, keys))
+            found = [v for v in raw if v is not None]
+            try:
+                decoded = iter(deserialize_all(self.value_serde, found))
+            except SerdeError:  # redone value by value, to name the key in the error
+                return [self._value(v, k) for k, v in zip(keys, raw, strict=True)]
+            if len(found) == len(raw):
+                return list(decoded)
+            return [None if v is None else next(decoded) for v in raw]
 
     def put(self, key: K, value: V | None) -> None:
         """Write ``value``; ``None`` deletes the key (a tombstone in the changelog)."""
@@ -113,8 +122,16 @@ class KeyValueStore(_TypedStore, Generic[K, V]):
 
     def put_all(self, items: list[tuple[K, V | None]]) -> None:
         with _Timer(self.metrics, "put", len(items)):
-            ks, vs = self.key_serde.serialize, self.value_serde.serialize
-            self.wrapped.put_all([(ks(k), None if v is None else vs(v)) for k, v in items])
+            if not items:
+                return
+            keys, values = map(list, zip(*items, strict=True))
+            raw_keys = serialize_all(self.key_serde, keys)
+            if not all(map(is_not, values, repeat(None))):  # tombstones stay None
+                vs = self.value_serde.serialize
+                raw_values = [None if v is None else vs(v) for v in values]
+            else:
+                raw_values = serialize_all(self.value_serde, values)
+            self.wrapped.put_all(list(zip(raw_keys, raw_values, strict=True)))
 
     def put_if_absent(self, key: K, value: V) -> V | None:
         with _Timer(self.metrics, "put_if_absent"):

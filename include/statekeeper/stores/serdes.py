@@ -35,6 +35,14 @@ class BytesSerde:
     def deserialize(self, data: bytes) -> bytes:
         return data
 
+    def serialize_many(self, values: list[bytes]) -> list[bytes]:
+        if _only(values, bytes):
+            return list(values)
+        return list(map(self.serialize, values))
+
+    def deserialize_many(self, data: list[bytes]) -> list[bytes]:
+        return data
+
 
 class StringSerde:
     """UTF-8 strings."""
@@ -49,6 +57,20 @@ class StringSerde:
             return data.decode()
         except UnicodeDecodeError as exc:
             raise SerdeError(f"not valid UTF-8: {data[:32]!r}") from exc
+
+    def serialize_many(self, values: list[str]) -> list[bytes]:
+        if _only(values, str):
+            try:
+                return list(map(str.encode, values))
+            except UnicodeEncodeError:
+                pass  # a lone surrogate: raise as serialize() does
+        return list(map(self.serialize, values))
+
+    def deserialize_many(self, data: list[bytes]) -> list[str]:
+        try:
+            return list(map(bytes.decode, data))
+        except (UnicodeDecodeError, TypeError):
+            return list(map(self.deserialize, data))
 
 
 class IntSerde:
@@ -71,6 +93,19 @@ class IntSerde:
             raise SerdeError(f"IntSerde expects 8 bytes, got {len(data)}: {data[:16]!r}")
         return self._fmt.unpack(data)[0]
 
+    def serialize_many(self, values: list[int]) -> list[bytes]:
+        if _only(values, int):  # type() is exact: bool is not let through
+            try:
+                return list(map(self._fmt.pack, values))
+            except struct.error:
+                pass  # out of range: raise as serialize() does
+        return list(map(self.serialize, values))
+
+    def deserialize_many(self, data: list[bytes]) -> list[int]:
+        if _only(data, bytes) and set(map(len, data)) <= {8}:
+            return [v for (v,) in self._fmt.iter_unpack(b"".join(data))]
+        return list(map(self.deserialize, data))
+
 
 class JsonSerde:
     """Compact JSON with sorted keys, so equal values always have equal bytes."""
@@ -86,6 +121,24 @@ class JsonSerde:
             return json.loads(data)
         except ValueError as exc:
             raise SerdeError(f"not valid JSON: {data[:32]!r}") from exc
+
+
+def serialize_all(serde: Serde[Any], values: list[Any]) -> list[bytes]:
+    """``[serde.serialize(v) for v in values]``, whole-list fast when the serde has
+    ``serialize_many`` (the built-in ones); raises the same SerdeError for a bad value."""
+    many = getattr(serde, "serialize_many", None)
+    return many(values) if many is not None else list(map(serde.serialize, values))
+
+
+def deserialize_all(serde: Serde[Any], data: list[bytes]) -> list[Any]:
+    """``[serde.deserialize(d) for d in data]``, like :func:`serialize_all`."""
+    many = getattr(serde, "deserialize_many", None)
+    return many(data) if many is not None else list(map(serde.deserialize, data))
+
+
+def _only(items: list[Any], kind: type) -> bool:
+    """Every item is exactly of type ``kind`` (one C-level pass)."""
+    return set(map(type, items)) <= {kind}
 
 
 SERDES: dict[str, type] = {

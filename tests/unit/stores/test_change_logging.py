@@ -21,10 +21,28 @@ def sink():
     return []
 
 
-@pytest.fixture(params=["memory", "rocksdb"])
+class BatchSink:
+    """A sink with ``send_all`` (as the task's changelog sinks have): batches arrive whole."""
+
+    def __init__(self, records: list) -> None:
+        self.records = records
+
+    def __call__(self, key, value) -> None:
+        self.records.append((key, value))
+
+    def send_all(self, items) -> None:
+        self.records.extend(items)
+
+
+@pytest.fixture(
+    params=[("memory", "each"), ("rocksdb", "each"), ("memory", "all"), ("rocksdb", "all")],
+    ids="-".join,
+)
 def logged(request, tmp_path, sink):
-    spec = Stores.in_memory("s") if request.param == "memory" else Stores.persistent("s")
-    store = build_store(spec, tmp_path / "s", lambda k, v: sink.append((k, v)))
+    kind, sending = request.param
+    spec = Stores.in_memory("s") if kind == "memory" else Stores.persistent("s")
+    to_sink = BatchSink(sink) if sending == "all" else (lambda k, v: sink.append((k, v)))
+    store = build_store(spec, tmp_path / "s", to_sink)
     yield store
     store.close()
 

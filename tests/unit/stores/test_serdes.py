@@ -12,7 +12,9 @@ from statekeeper.stores.serdes import (
     JsonSerde,
     SerdeError,
     StringSerde,
+    deserialize_all,
     serde_for,
+    serialize_all,
 )
 
 
@@ -147,3 +149,68 @@ def test_serde_for_unknown_name_lists_the_choices(name):
     with pytest.raises(SerdeError, match=f"unknown serde {name!r}") as info:
         serde_for(name)
     assert str(sorted(SERDES)) in str(info.value)
+
+
+# -- whole-column (de)serialisation: same results and same errors as one value at a time --
+
+_COLUMNS = {
+    "bytes": [b"a", b"", bytearray(b"xy"), b"z"],
+    "str": ["a", "", "ünï", "z"],
+    "int": [0, -1, 2**63 - 1, -(2**63), 42],
+    "json": [{"b": 1, "a": [1, 2]}, None, "s", 3.5],
+}
+_BAD = {
+    "bytes": ([b"a", "text"], "BytesSerde expects bytes"),
+    "str": (["a", b"raw"], "StringSerde expects str"),
+    "int": ([1, True], "IntSerde expects int"),
+    "json": ([1, {1, 2}], "not JSON-serialisable"),
+}
+_BAD_BYTES = {
+    "str": ([b"ok", b"\xff"], "not valid UTF-8"),
+    "int": ([b"\x00" * 8, b"\x01"], "IntSerde expects 8 bytes"),
+    "json": ([b"1", b"{"], "not valid JSON"),
+}
+
+
+class _PlainSerde:
+    """A user serde without the *_many methods."""
+
+    def serialize(self, value: int) -> bytes:
+        return str(value).encode()
+
+    def deserialize(self, data: bytes) -> int:
+        return int(data)
+
+
+@pytest.mark.parametrize("name", sorted(_COLUMNS))
+def test_whole_columns_equal_value_by_value(name):
+    serde = serde_for(name)
+    values = _COLUMNS[name]
+    data = serialize_all(serde, values)
+    assert data == [serde.serialize(v) for v in values]
+    assert deserialize_all(serde, data) == [serde.deserialize(d) for d in data]
+    assert serialize_all(serde, []) == [] and deserialize_all(serde, []) == []
+
+
+def test_out_of_range_int_in_a_column_raises_like_one_value():
+    with pytest.raises(SerdeError, match="out of range"):
+        serialize_all(IntSerde(), [1, 2**63])
+
+
+@pytest.mark.parametrize("name", sorted(_BAD))
+def test_a_bad_value_in_a_column_raises_the_single_value_error(name):
+    values, message = _BAD[name]
+    with pytest.raises(SerdeError, match=message):
+        serialize_all(serde_for(name), values)
+
+
+@pytest.mark.parametrize("name", sorted(_BAD_BYTES))
+def test_bad_bytes_in_a_column_raise_the_single_value_error(name):
+    data, message = _BAD_BYTES[name]
+    with pytest.raises(SerdeError, match=message):
+        deserialize_all(serde_for(name), data)
+
+
+def test_serdes_without_column_methods_are_called_per_value():
+    assert serialize_all(_PlainSerde(), [1, 22]) == [b"1", b"22"]
+    assert deserialize_all(_PlainSerde(), [b"1", b"22"]) == [1, 22]

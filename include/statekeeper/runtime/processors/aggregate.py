@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from statekeeper.runtime.columns import BatchEnv, Columns
+from statekeeper.runtime.columns import BatchEnv, Columns, has_none
 from statekeeper.runtime.dlq import is_fatal
 from statekeeper.runtime.errors import NullKeyError
 from statekeeper.runtime.nodes import Op
@@ -216,7 +216,7 @@ def _get_many(
 
 def _drop_unusable(cols: Columns, env: BatchEnv) -> Columns:
     """Keyless rows go to the DLQ; rows without a value are dropped (as Kafka Streams does)."""
-    if None not in cols.keys and None not in cols.values:
+    if not has_none(cols.keys) and not has_none(cols.values):
         return cols
     keys, values, src = [], [], []
     dropped = 0
