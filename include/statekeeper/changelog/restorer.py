@@ -157,7 +157,9 @@ class ChangelogRestorer:
             )
             self.listener.on_restore_start(tp, store_name, outcome.start_offset, high)
             started = time.perf_counter()
-            self._read_to_eof(consumer, job, outcome, verify_offset=checkpoint, meta=meta)
+            self._read_to_eof(
+                consumer, job, outcome, verify_offset=checkpoint, meta=meta, high=high
+            )
             outcome.seconds = time.perf_counter() - started
         finally:
             consumer.close()
@@ -187,6 +189,7 @@ class ChangelogRestorer:
         *,
         verify_offset: int | None,
         meta: StoreMetadata,
+        high: int,
     ) -> None:
         where = f"{job.topic}[{job.partition}]"
         tp = (job.topic, job.partition)
@@ -212,8 +215,14 @@ class ChangelogRestorer:
                 )
             committed, committed_count, pending_meta = {}, 0, None
 
+        position = outcome.start_offset if verify_offset is None else verify_offset
         while True:
-            msgs = consumer.consume(_CONSUME_CHUNK, _POLL_TIMEOUT_S)
+            # consume() waits out its timeout unless it gets num_messages: ask for what the
+            # high watermark says is left, plus one for the end-of-partition event, so a
+            # short tail (the usual restart) returns at once. A trailing watermark only
+            # means another round.
+            wanted = max(1, min(_CONSUME_CHUNK, high - position + 1))
+            msgs = consumer.consume(wanted, _POLL_TIMEOUT_S)
             if not msgs:
                 if time.monotonic() > deadline:
                     raise BrokerUnavailableError(
@@ -222,6 +231,7 @@ class ChangelogRestorer:
                     )
                 continue
             deadline = time.monotonic() + self.timeout_s
+            position = max(position, msgs[-1].offset() + 1)
             keys = list(map(key_of, msgs))
             eof = False
             if None in keys:

@@ -74,11 +74,7 @@ def read_range_runs(
     consumer_conf: dict[str, Any], ranges: Iterable[OffsetRange], timeout_s: float = 30.0
 ) -> dict[str, ConsumedRun]:
     """:func:`read_ranges` without building records: one :class:`ConsumedRun` per range."""
-    ranges = list(ranges)
-    messages: dict[TP, list[Message]] = {(r.topic, r.partition): [] for r in ranges}
-    for tp, msgs in iter_partition_runs(consumer_conf, ranges, timeout_s):
-        messages[tp].extend(msgs)
-    return {tp_key(t, p): ConsumedRun(t, p, msgs) for (t, p), msgs in messages.items()}
+    return RangeFetch(consumer_conf, ranges, timeout_s).read_runs()
 
 
 def iter_range_chunks(
@@ -104,17 +100,67 @@ def iter_partition_runs(
 ) -> Iterator[tuple[TP, list[Message]]]:
     """``((topic, partition), messages)`` runs of consumed records (no error events) inside
     the ranges, each run from one partition and in offset order; see the module docs."""
-    wanted = _merge_ranges(ranges)
-    if not wanted:
-        return
-    # Out of range must be an error, never a silent jump to another offset. The prefetch
-    # (queued.min.messages) stays as configured: lowering it to the range size halves the
-    # read rate.
-    consumer = eof_consumer(consumer_conf, **{"auto.offset.reset": "error"})
-    try:
-        yield from _consume(consumer, consumer_conf, wanted, timeout_s, chunk_size)
-    finally:
-        consumer.close()
+    return RangeFetch(consumer_conf, ranges, timeout_s, chunk_size).runs()
+
+
+class RangeFetch:
+    """Ranges whose fetch has started: the consumer is assigned when this is built, so
+    librdkafka fetches in the background while the caller does other work (a task opening
+    its stores); :meth:`runs` or :meth:`read_runs` then take the records. Close it (or use
+    it as a context manager) if the records are not taken."""
+
+    def __init__(
+        self,
+        consumer_conf: dict[str, Any],
+        ranges: Iterable[OffsetRange],
+        timeout_s: float = 30.0,
+        chunk_size: int = DEFAULT_CHUNK,
+    ) -> None:
+        self.ranges = list(ranges)
+        self._conf = consumer_conf
+        self._timeout_s = timeout_s
+        self._chunk_size = chunk_size
+        self._wanted = _merge_ranges(self.ranges)
+        self._consumer: Consumer | None = None
+        if self._wanted:
+            # Out of range must be an error, never a silent jump to another offset. The
+            # prefetch (queued.min.messages) stays as configured: lowering it to the range
+            # size halves the read rate.
+            self._consumer = eof_consumer(consumer_conf, **{"auto.offset.reset": "error"})
+            self._consumer.assign(
+                [TopicPartition(t, p, start) for (t, p), (start, _) in self._wanted.items()]
+            )
+
+    def runs(self) -> Iterator[tuple[TP, list[Message]]]:
+        """The records as ``(tp, messages)`` runs; closes the consumer when done."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        try:
+            yield from _consume(
+                consumer, self._conf, self._wanted, self._timeout_s, self._chunk_size
+            )
+        finally:
+            self.close()
+
+    def read_runs(self) -> dict[str, ConsumedRun]:
+        """Every range's records as a :class:`ConsumedRun`, keyed by ``tp_key`` (an empty
+        range gets an empty run)."""
+        messages: dict[TP, list[Message]] = {(r.topic, r.partition): [] for r in self.ranges}
+        for tp, msgs in self.runs():
+            messages[tp].extend(msgs)
+        return {tp_key(t, p): ConsumedRun(t, p, msgs) for (t, p), msgs in messages.items()}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
+
+    def __enter__(self) -> RangeFetch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _consume(
@@ -124,12 +170,12 @@ def _consume(
     timeout_s: float,
     chunk_size: int,
 ) -> Iterator[tuple[TP, list[Message]]]:
-    consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _) in wanted.items()])
     ends = {tp: end for tp, (_, end) in wanted.items()}
     position = {tp: start for tp, (start, _) in wanted.items()}  # next offset expected
     pending = set(ends)
     topics = {t for t, _ in wanted}
     only_topic = next(iter(topics)) if len(topics) == 1 else None
+    only_tp = next(iter(wanted)) if len(wanted) == 1 else None
     deadline = time.monotonic() + timeout_s
     while pending:
         # consume() waits out its timeout unless it gets num_messages: never ask for more than
@@ -146,7 +192,8 @@ def _consume(
         if any(map(_error, msgs)):  # KafkaError is always truthy; None is not
             events = [m for m in msgs if m.error() is not None]
             msgs = [m for m in msgs if m.error() is None]
-        for tp, run in _runs(msgs, only_topic):
+        runs = _runs(msgs, only_topic) if only_tp is None else [(only_tp, msgs)] if msgs else []
+        for tp, run in runs:
             if tp not in pending:
                 continue  # past the end of a finished range (prefetched before the pause)
             end = ends[tp]

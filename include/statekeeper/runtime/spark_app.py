@@ -28,7 +28,13 @@ from statekeeper.runtime.spark_checkpoint import (
     logged_batch_ranges,
 )
 from statekeeper.runtime.status import StatusBoard, StatusServer
-from statekeeper.runtime.task_runner import TaskRun, TaskRunResult, run_task, settings_to_json
+from statekeeper.runtime.task_runner import (
+    TaskRun,
+    TaskRunResult,
+    run_task,
+    settings_to_json,
+    spread_runs,
+)
 from statekeeper.runtime.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 
@@ -332,8 +338,12 @@ class StatekeeperApp:
         if not runs:
             return []
         topology, settings_json = self.topology, self._settings_json
-        rdd = spark.sparkContext.parallelize(runs, len(runs))
-        return rdd.map(lambda run: run_task(run, topology, settings_json)).collect()
+        sc = spark.sparkContext
+        groups = spread_runs(runs, sc.defaultParallelism)
+        rdd = sc.parallelize(groups, len(groups))
+        return rdd.flatMap(
+            lambda group: [run_task(run, topology, settings_json) for run in group]
+        ).collect()
 
     def _record(
         self, batch_id: int, runs: list[TaskRun], results: list[TaskRunResult], seconds: float

@@ -80,79 +80,99 @@ def _services(settings_json: str) -> _WorkerServices:
 
 def run_task(run: TaskRun, topology: Any, settings_json: str) -> TaskRunResult:
     """Execute ``run`` against its stores and commit it; returns the task's metrics."""
-    from statekeeper.kafka.range_reader import read_range_runs
-    from statekeeper.runtime.task import StreamTask
+    from statekeeper.kafka.range_reader import RangeFetch
 
     services = _services(settings_json)
-    settings = services.settings
-    timings: dict[str, float] = {}
     started = time.perf_counter()
-
-    specs = topology.store_specs(run.subtopology)
-    state = services.env.task(run.task_id, run.partition, specs)
-    services.progress.begin(state.task_dir.path)
-    outcomes = state.open()
-    timings["open"] = time.perf_counter() - started
-    try:
-        processed = state.processed_offsets
-        todo = []
-        for r in run.ranges:
-            start = max(r.start, processed.get(tp_key(r.topic, r.partition), 0))
-            if start < r.end:
-                todo.append(OffsetRange(r.topic, r.partition, start, r.end))
-        skipped = sum(r.count for r in run.ranges) - sum(r.count for r in todo)
-        committed_offsets = dict(processed)
-        for r in run.ranges:
-            key = tp_key(r.topic, r.partition)
-            committed_offsets[key] = max(committed_offsets.get(key, 0), r.end)
-        result = TaskRunResult(run.task_id, run.batch_id, committed=False)
-        result.records_skipped = skipped
-        if todo:
-            t0 = time.perf_counter()
-            records = read_range_runs(services.consumer_conf, todo, settings.broker_timeout_s)
-            timings["read"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            task = StreamTask(
-                topology,
-                run.subtopology,
-                run.partition,
-                state,
-                services.outputs,
-                settings.application_id,
-            )
-            batch = task.process_batch(run.batch_id, run.batch_time_ms, records)
-            timings["process"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            services.outputs.flush(settings.broker_timeout_s * 2)
-            state.commit(run.batch_id, committed_offsets)
-            timings["commit"] = time.perf_counter() - t0
-            result.committed = True
-            result.records_read = batch.records_read
-            result.records_processed = batch.records_processed
-            result.records_skipped += batch.records_skipped
-            result.records_late_dropped = batch.records_late_dropped
-            result.records_dlq = batch.records_dlq
-            result.records_output = batch.records_output
-        result.committed_offsets = committed_offsets
-        result.restored = [
-            {
-                "store": o.job.store.name,
-                "full": o.full,
-                "reason": o.job.reason,
-                "start_offset": o.start_offset,
-                "records": o.restored_records,
-                "seconds": round(o.seconds, 4),
+    timeout_s = services.settings.broker_timeout_s
+    # The fetch starts first: the broker and librdkafka's threads deliver the batch's
+    # records while the stores open and check their changelogs.
+    with RangeFetch(services.consumer_conf, run.ranges, timeout_s) as fetch:
+        specs = topology.store_specs(run.subtopology)
+        state = services.env.task(run.task_id, run.partition, specs)
+        services.progress.begin(state.task_dir.path)
+        outcomes = state.open()
+        opened = time.perf_counter() - started
+        try:
+            result = _process(run, topology, services, state, fetch)
+            result.restored = [_restore_report(o) for o in outcomes]
+            result.store_entries = {
+                name: store.approximate_num_entries() for name, store in state.stores.items()
             }
-            for o in outcomes
-        ]
-        result.store_entries = {
-            name: store.approximate_num_entries() for name, store in state.stores.items()
-        }
-    finally:
-        state.close()
-    timings["total"] = time.perf_counter() - started
-    result.seconds = {k: round(v, 4) for k, v in timings.items()}
+        finally:
+            state.close()
+    result.seconds["open"] = opened
+    result.seconds["total"] = time.perf_counter() - started
+    result.seconds = {k: round(v, 4) for k, v in result.seconds.items()}
     return result
+
+
+def _process(
+    run: TaskRun, topology: Any, services: _WorkerServices, state: Any, fetch: Any
+) -> TaskRunResult:
+    """Skip what the state already holds, process the rest, flush and commit."""
+    from statekeeper.runtime.task import StreamTask
+
+    settings = services.settings
+    result = TaskRunResult(run.task_id, run.batch_id, committed=False)
+    processed = state.processed_offsets
+    committed_offsets = dict(processed)
+    for r in run.ranges:
+        key = tp_key(r.topic, r.partition)
+        committed_offsets[key] = max(committed_offsets.get(key, 0), r.end)
+    result.committed_offsets = committed_offsets
+    if all(processed.get(tp_key(r.topic, r.partition), 0) >= r.end for r in run.ranges):
+        # A re-run of a batch this task already committed: nothing to read.
+        result.records_skipped = sum(r.count for r in run.ranges)
+        return result
+    timings = result.seconds
+    t0 = time.perf_counter()
+    records = fetch.read_runs()
+    timings["read"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    task = StreamTask(
+        topology, run.subtopology, run.partition, state, services.outputs, settings.application_id
+    )
+    # Records below the processed offsets (a partly committed re-run) are skipped here.
+    batch = task.process_batch(run.batch_id, run.batch_time_ms, records)
+    timings["process"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    services.outputs.flush(settings.broker_timeout_s * 2)
+    state.commit(run.batch_id, committed_offsets)
+    timings["commit"] = time.perf_counter() - t0
+    result.committed = True
+    result.records_read = batch.records_read
+    result.records_processed = batch.records_processed
+    result.records_skipped = batch.records_skipped
+    result.records_late_dropped = batch.records_late_dropped
+    result.records_dlq = batch.records_dlq
+    result.records_output = batch.records_output
+    return result
+
+
+def _restore_report(outcome: Any) -> dict[str, Any]:
+    return {
+        "store": outcome.job.store.name,
+        "full": outcome.full,
+        "reason": outcome.job.reason,
+        "start_offset": outcome.start_offset,
+        "records": outcome.restored_records,
+        "seconds": round(outcome.seconds, 4),
+    }
+
+
+def spread_runs(runs: list[TaskRun], slots: int) -> list[list[TaskRun]]:
+    """Deal ``runs`` into at most ``slots`` groups of about equal record counts (largest
+    first, each to the least loaded group). One Spark task per group: every Spark task
+    costs a Python-worker round trip (~50 ms measured), so a batch uses one per core, not
+    one per stream task."""
+    groups: list[list[TaskRun]] = [[] for _ in range(max(1, min(slots, len(runs))))]
+    loads = [0] * len(groups)
+    for run in sorted(runs, key=lambda r: (-sum(x.count for x in r.ranges), r.task_id)):
+        least = loads.index(min(loads))
+        groups[least].append(run)
+        loads[least] += sum(x.count for x in run.ranges)
+    return [g for g in groups if g]
 
 
 def settings_to_json(settings: StatekeeperSettings) -> str:

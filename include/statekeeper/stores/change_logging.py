@@ -54,7 +54,9 @@ class ChangeLoggingKeyValueStore(WrappedKeyValueStore):
             for key, value in items:
                 self.put(key, value)
             return
-        if any(map(_is_reserved, map(_first, items))):
+        keys = list(map(_first, items))
+        # A reserved key starts with b"\x00": when the smallest key does not, none does.
+        if keys and min(keys) < b"\x01" and any(map(_is_reserved, keys)):
             for key, _ in items:
                 check_key(self.name, key)
         self.wrapped.put_all(items)
