@@ -81,7 +81,7 @@ def log_end_offsets(
     try:
         lows, highs = watermarks(consumer, tps, timeout_s)
         starts = {tp: max(lows[tp], highs[tp] - 1) for tp in tps}
-        return read_to_eof_positions(consumer, starts, timeout_s)
+        return read_to_eof_positions(consumer, starts, timeout_s, highs)
     finally:
         consumer.close()
 
@@ -100,15 +100,29 @@ def watermarks(
 
 
 def read_to_eof_positions(
-    consumer: Consumer, starts: dict[TP, int], timeout_s: float
+    consumer: Consumer,
+    starts: dict[TP, int],
+    timeout_s: float,
+    expected_ends: dict[TP, int] | None = None,
 ) -> dict[TP, int]:
-    """Assign ``starts``, consume everything to partition EOF, return each EOF position."""
+    """Assign ``starts``, consume everything to partition EOF, return each EOF position.
+
+    ``expected_ends`` (e.g. high watermarks) only size each ``consume()`` call, which
+    otherwise waits out its timeout for a full chunk; a wrong guess costs another round.
+    """
     consumer.assign([TopicPartition(t, p, off) for (t, p), off in starts.items()])
     ends: dict[TP, int] = {}
     seen_end = dict(starts)  # last record offset + 1, a lower bound of the end
     deadline = time.monotonic() + timeout_s
     while len(ends) < len(starts):
-        msgs = consumer.consume(_CONSUME_CHUNK, _POLL_TIMEOUT_S)
+        wanted = _CONSUME_CHUNK
+        if expected_ends is not None:  # the records left plus one EOF event per partition
+            wanted = sum(
+                max(0, expected_ends.get(tp, 0) - seen_end[tp]) + 1
+                for tp in starts
+                if tp not in ends
+            )
+        msgs = consumer.consume(min(wanted, _CONSUME_CHUNK), _POLL_TIMEOUT_S)
         if not msgs:
             if time.monotonic() > deadline:
                 missing = sorted(set(starts) - set(ends))
