@@ -13,7 +13,8 @@ import signal
 import statistics
 import threading
 import time
-from collections import defaultdict
+import uuid
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from statekeeper.runtime.status import StatusBoard, StatusServer
 from statekeeper.runtime.task_runner import (
     TaskRun,
     TaskRunResult,
-    run_task,
+    run_share,
     settings_to_json,
     spread_runs,
 )
@@ -41,6 +42,9 @@ from statekeeper.settings import StatekeeperSettings
 log = logging.getLogger("statekeeper.app")
 
 LAG_REFRESH_S = 2.0  # how often the driver re-reads source end offsets for the status
+#: Passes over a batch's runs before giving up: a run claimed by a Spark task attempt that
+#: failed (and was retried elsewhere) reports nothing and is run again in the next pass.
+MAX_BATCH_PASSES = 3
 
 
 class StopRequested(StatekeeperError):
@@ -339,11 +343,31 @@ class StatekeeperApp:
             return []
         topology, settings_json = self.topology, self._settings_json
         sc = spark.sparkContext
-        groups = spread_runs(runs, sc.defaultParallelism)
-        rdd = sc.parallelize(groups, len(groups))
-        return rdd.flatMap(
-            lambda group: [run_task(run, topology, settings_json) for run in group]
-        ).collect()
+        results: list[TaskRunResult] = []
+        todo = runs
+        for _attempt in range(MAX_BATCH_PASSES):
+            shares = spread_runs(todo, sc.defaultParallelism)
+            job = uuid.uuid4().hex  # one pass over the batch's runs; claims are per pass
+            results += (
+                sc.parallelize(range(len(shares)), len(shares))
+                .flatMap(
+                    lambda index, s=shares, j=job: run_share(index, s, j, topology, settings_json)
+                )
+                .collect()
+            )
+            ran = Counter(result.task_id for result in results)
+            if any(n > 1 for n in ran.values()):
+                raise StatekeeperError(
+                    f"batch {runs[0].batch_id}: a task ran twice ({dict(ran)}); not committed"
+                )
+            # A task claimed by a worker that then failed reports nothing: run it again.
+            todo = [r for r in runs if r.task_id not in ran]
+            if not todo:
+                return results
+        raise StatekeeperError(
+            f"batch {runs[0].batch_id}: tasks {[r.task_id for r in todo]} did not run after "
+            f"{MAX_BATCH_PASSES} passes; the batch is not committed and runs again"
+        )
 
     def _record(
         self, batch_id: int, runs: list[TaskRun], results: list[TaskRunResult], seconds: float
@@ -354,8 +378,13 @@ class StatekeeperApp:
                 self._positions[tp] = max(self._positions.get(tp, 0), r.end)
         records = sum(r.records_processed for r in results)
         for result in results:
-            for key in ("records_processed", "records_skipped", "records_late_dropped",
-                        "records_dlq", "records_output"):
+            for key in (
+                "records_processed",
+                "records_skipped",
+                "records_late_dropped",
+                "records_dlq",
+                "records_output",
+            ):
                 self._totals[key] += getattr(result, key)
             if result.task_id not in self._opened:
                 # The first open of a task in this run is the restore that matters

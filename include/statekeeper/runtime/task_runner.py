@@ -3,6 +3,8 @@
 lock → open stores (restore if needed) → skip processed offsets → read the task's offset
 ranges from Kafka → process → flush outputs → commit (changelog, markers, stores) → unlock
 → return metrics. The task reads its ranges itself (R2): Spark carries only offsets.
+After a successful commit the task stays open in this worker with its lock held (parked,
+see :mod:`statekeeper.runtime.parked_tasks`): its next batch here skips lock and open.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class TaskRunResult:
     task_id: str
     batch_id: int
     committed: bool
+    warm: bool = False  # the state was still open in this worker from the task's last batch
     records_read: int = 0
     records_processed: int = 0
     records_skipped: int = 0
@@ -61,6 +64,7 @@ class _WorkerServices:
 
     def __init__(self, settings: StatekeeperSettings) -> None:
         from statekeeper.runtime.kafka_sink import OutputProducer
+        from statekeeper.runtime.parked_tasks import ParkedTasks
         from statekeeper.runtime.restore_progress import RestoreProgressFile
         from statekeeper.state.environment import StateEnvironment
 
@@ -71,6 +75,7 @@ class _WorkerServices:
         self.consumer_conf = consumer_config(
             settings.bootstrap_servers, group_id=f"{settings.application_id}-tasks"
         )
+        self.parked = ParkedTasks()
 
 
 @functools.lru_cache(maxsize=4)
@@ -78,29 +83,115 @@ def _services(settings_json: str) -> _WorkerServices:
     return _WorkerServices(StatekeeperSettings.model_validate_json(settings_json))
 
 
-def run_task(run: TaskRun, topology: Any, settings_json: str) -> TaskRunResult:
-    """Execute ``run`` against its stores and commit it; returns the task's metrics."""
+#: How long a worker waits for a busy task's holder to claim it before asking for the lock
+#: (Spark tasks of one batch start a few milliseconds apart).
+CLAIM_GRACE_S = 0.1
+
+
+def run_share(
+    index: int, shares: list[list[TaskRun]], job: str, topology: Any, settings_json: str
+) -> list[TaskRunResult]:
+    """One Spark task of a batch: run the tasks parked in this worker, then those of share
+    ``index`` that nobody claimed; returns one result per task run here.
+
+    Every task of the batch ends up run exactly once per ``job``: a parked task by the
+    worker holding it (it claims it first, :mod:`batch_claims`), any other by the worker
+    whose share holds it. Skipping a claimed task is safe because a claim is written by the
+    lock holder, which runs the task before letting the lock go.
+    """
     from statekeeper.kafka.range_reader import RangeFetch
+    from statekeeper.runtime.batch_claims import claim, is_claimed
+    from statekeeper.state.directory import TaskDirectory, TaskLock
 
     services = _services(settings_json)
+    settings = services.settings
+
+    def directory(run: TaskRun) -> TaskDirectory:
+        return TaskDirectory(settings.state_dir, settings.application_id, run.task_id)
+
+    warm: list[tuple[TaskRun, Any]] = []
+    for run in (r for share in shares for r in share):
+        path = directory(run).path
+        state = services.parked.take(str(path), topology.store_specs(run.subtopology))
+        if state is not None:
+            claim(path, job)
+            warm.append((run, state))
+    # Every warm task's records are fetched at once: later tasks' fetches finish while the
+    # first ones process.
+    fetches = [
+        RangeFetch(services.consumer_conf, run.ranges, settings.broker_timeout_s) for run, _ in warm
+    ]
+    results: list[TaskRunResult] = []
+    for n, ((run, state), fetch) in enumerate(zip(warm, fetches, strict=True)):
+        try:
+            result = _run_one(run, topology, services, job, state, fetch)
+        except BaseException:
+            for (_, taken), unused in zip(warm[n + 1 :], fetches[n + 1 :], strict=True):
+                unused.close()  # not run: give their locks back
+                taken.close()
+            raise
+        assert result is not None  # a parked state is never skipped
+        results.append(result)
+    done = {run.task_id for run, _ in warm}
+    for run in shares[index]:
+        if run.task_id in done:
+            continue
+        task_dir = directory(run)
+        deadline = time.monotonic() + CLAIM_GRACE_S
+        while TaskLock(task_dir, 0).held_elsewhere() and time.monotonic() < deadline:
+            if is_claimed(task_dir.path, job):
+                break
+            time.sleep(0.005)
+        if is_claimed(task_dir.path, job):
+            continue
+        fetch = RangeFetch(services.consumer_conf, run.ranges, settings.broker_timeout_s)
+        result = _run_one(run, topology, services, job, None, fetch)
+        if result is not None:
+            results.append(result)
+    return results
+
+
+def _run_one(
+    run: TaskRun,
+    topology: Any,
+    services: _WorkerServices,
+    job: str,
+    parked: Any | None,
+    fetch: Any,
+) -> TaskRunResult | None:
+    """Run ``run`` on its parked state, or open it (None if another worker claimed it for
+    ``job`` meanwhile); commit and park it on success. ``fetch`` (a RangeFetch of the run's
+    ranges, started by the caller so the records arrive while the stores open) is closed."""
+    from statekeeper.runtime.batch_claims import claim, is_claimed
+
     started = time.perf_counter()
-    timeout_s = services.settings.broker_timeout_s
-    # The fetch starts first: the broker and librdkafka's threads deliver the batch's
-    # records while the stores open and check their changelogs.
-    with RangeFetch(services.consumer_conf, run.ranges, timeout_s) as fetch:
+    with fetch:
         specs = topology.store_specs(run.subtopology)
-        state = services.env.task(run.task_id, run.partition, specs)
-        services.progress.begin(state.task_dir.path)
-        outcomes = state.open()
+        if parked is not None:  # open since its last batch here: no reopen, no restore
+            state, outcomes = parked, []
+        else:
+            state = services.env.task(run.task_id, run.partition, specs)
+            services.progress.begin(state.task_dir.path)
+            outcomes = state.open()
+            if is_claimed(state.task_dir.path, job):  # its holder ran it while we waited
+                services.parked.park(str(state.task_dir.path), state)
+                return None
+            claim(state.task_dir.path, job)
         opened = time.perf_counter() - started
+        succeeded = False
         try:
             result = _process(run, topology, services, state, fetch)
+            result.warm = parked is not None
             result.restored = [_restore_report(o) for o in outcomes]
             result.store_entries = {
                 name: store.approximate_num_entries() for name, store in state.stores.items()
             }
+            succeeded = True
         finally:
-            state.close()
+            if succeeded:
+                services.parked.park(str(state.task_dir.path), state)
+            else:
+                state.close()
     result.seconds["open"] = opened
     result.seconds["total"] = time.perf_counter() - started
     result.seconds = {k: round(v, 4) for k, v in result.seconds.items()}
@@ -162,8 +253,8 @@ def _restore_report(outcome: Any) -> dict[str, Any]:
 
 
 def spread_runs(runs: list[TaskRun], slots: int) -> list[list[TaskRun]]:
-    """Deal ``runs`` into at most ``slots`` groups of about equal record counts (largest
-    first, each to the least loaded group). One Spark task per group: every Spark task
+    """Deal ``runs`` into at most ``slots`` shares of about equal record counts (largest
+    first, each to the least loaded share). One Spark task per share: every Spark task
     costs a Python-worker round trip (~50 ms measured), so a batch uses one per core, not
     one per stream task."""
     groups: list[list[TaskRun]] = [[] for _ in range(max(1, min(slots, len(runs))))]

@@ -1,7 +1,8 @@
 """State directory layout and the per-task lock (DESIGN.md invariant 6).
 
-``<state_dir>/<application_id>/<task_id>/`` holds ``.lock``, ``.checkpoint`` and
-``rocksdb/<store>/``.
+``<state_dir>/<application_id>/<task_id>/`` holds ``.lock``, ``.checkpoint``,
+``rocksdb/<store>/`` and, while somebody waits for a held lock, ``.release``: the request
+that a holder keeping the task open between batches (a parked task) gives it up.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class TaskDirectory:
         return self.path / ".lock"
 
     @property
+    def release_request_file(self) -> Path:
+        return self.path / ".release"
+
+    @property
     def checkpoint_file(self) -> Path:
         return self.path / ".checkpoint"
 
@@ -39,7 +44,9 @@ class TaskLock:
     """An exclusive fcntl lock on the task's ``.lock`` file, holding the owner's PID.
 
     The OS releases it when the process dies, even on ``kill -9``, so a crashed owner never
-    blocks a restart.
+    blocks a restart. A waiter leaves a release request (``.release``) so that a holder
+    that merely keeps the task open between batches lets it go
+    (:class:`statekeeper.runtime.parked_tasks.ParkedTasks`).
     """
 
     def __init__(self, directory: TaskDirectory, timeout_s: float) -> None:
@@ -52,6 +59,7 @@ class TaskLock:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.timeout_s
+        requested = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -60,6 +68,12 @@ class TaskLock:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     os.close(fd)
                     raise
+                # Kept present while waiting: another waiter that got the lock first
+                # removes it, and the next holder must still see that somebody waits.
+                request = self.directory.release_request_file
+                if not request.exists():
+                    request.touch()
+                requested = True
                 if time.monotonic() >= deadline:
                     holder = _read_holder(fd)
                     os.close(fd)
@@ -68,10 +82,34 @@ class TaskLock:
                         f"locked by PID {holder} ({path}); waited {self.timeout_s:.0f} s. "
                         "Stop that process or point this one at another state_dir."
                     ) from None
-                time.sleep(0.05)
+                time.sleep(0.01)
+        if requested:
+            self.directory.release_request_file.unlink(missing_ok=True)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+
+    def held_elsewhere(self) -> bool:
+        """Whether another lock (process or file descriptor) holds the task right now."""
+        path = self.directory.lock_file
+        if not path.exists():
+            return False
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return True
+            raise
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
+
+    def release_requested(self) -> bool:
+        """Whether another opener waits for this lock."""
+        return self.directory.release_request_file.exists()
 
     def release(self) -> None:
         if self._fd is not None:

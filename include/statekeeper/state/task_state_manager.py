@@ -288,6 +288,10 @@ class TaskStateManager:
                 log.exception("task %s: closing store %s failed", self.task_id, slot.spec.name)
         self._slots.clear()
 
+    def release_requested(self) -> bool:
+        """Whether another opener waits for this task's lock (see TaskLock)."""
+        return self._lock.release_requested()
+
     def close(self) -> None:
         """Close stores (uncommitted writes are dropped) and release the task lock."""
         self._close_stores()

@@ -1,0 +1,80 @@
+"""Task states a worker process keeps open between micro-batches ("parked").
+
+Kafka Streams keeps a task's stores open for as long as the task stays assigned. On Spark a
+task may run in a different Python worker every batch, so each batch used to reopen its
+stores and re-check the changelog tail. A parked task keeps its lock and open stores after
+its commit; when its next batch lands in the same worker it continues at once: nobody else
+can have written its changelog, because nobody else could take the lock.
+
+Anyone else who needs the task (the other worker, a store reader, a snapshot) waits on the
+lock and leaves a release request (:class:`~statekeeper.state.directory.TaskLock`); a
+watcher thread here closes the parked task and releases the lock within a poll interval.
+A killed worker's locks are released by the OS, so parking never blocks recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class ParkedTasks:
+    """Open task states of this process, by task directory, with a release watcher."""
+
+    def __init__(self, poll_s: float = 0.01) -> None:
+        self._poll_s = poll_s
+        self._parked: dict[str, Any] = {}  # task dir -> open TaskStateManager
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+
+    def take(self, task_dir: str, specs: list[Any]) -> Any | None:
+        """The parked state of ``task_dir`` (now the caller's), or None. A state parked with
+        other store specs (a changed topology) is closed instead."""
+        with self._lock:
+            state = self._parked.pop(task_dir, None)
+        if state is not None and state.specs != list(specs):
+            state.close()
+            return None
+        return state
+
+    def park(self, task_dir: str, state: Any) -> None:
+        """Keep ``state`` (committed, lock held) open for this task's next batch."""
+        with self._lock:
+            previous = self._parked.pop(task_dir, None)
+            self._parked[task_dir] = state
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch, name="statekeeper-parked-tasks", daemon=True
+                )
+                self._watcher.start()
+        if previous is not None and previous is not state:
+            previous.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            states, self._parked = list(self._parked.values()), {}
+        for state in states:
+            _close(state)
+
+    def __len__(self) -> int:
+        return len(self._parked)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self._poll_s)
+            with self._lock:
+                wanted = [d for d, s in self._parked.items() if s.release_requested()]
+                released = [self._parked.pop(d) for d in wanted]
+            for state in released:
+                _close(state)
+
+
+def _close(state: Any) -> None:
+    try:
+        state.close()
+    except Exception:  # a failed close must not kill the watcher; the lock is freed anyway
+        log.exception("closing parked task %s failed", getattr(state, "task_id", "?"))
