@@ -24,6 +24,7 @@ from statekeeper.kafka.embedded import EmbeddedBroker, free_port
 from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets
 from statekeeper.kafka.range_reader import (
+    RangeFetch,
     RangeReadError,
     iter_partition_runs,
     iter_range_chunks,
@@ -219,3 +220,37 @@ def test_unreachable_broker_raises_broker_unavailable():
         log_end_offsets(conf, [("topic-x", 0)], timeout_s=1.0)
     with pytest.raises(StatekeeperError, match=r"topic-x\[0\] offsets 0\.\.9"):
         read_ranges(conf, [OffsetRange("topic-x", 0, 0, 10)], timeout_s=1.0)
+
+
+def test_a_continuous_fetch_carries_on_where_its_ranges_ended(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    ensure_topic(admin, topic_name, 2)
+    sent = _produce(broker.bootstrap_servers, topic_name, 2, 1200, flush_every=250)
+    conf = consumer_config(broker.bootstrap_servers)
+
+    def records(fetch: RangeFetch) -> dict[int, list[KafkaRecord]]:
+        return {int(tp.rsplit(":", 1)[1]): list(run) for tp, run in fetch.read_runs().items()}
+
+    first = [OffsetRange(topic_name, 0, 0, 100), OffsetRange(topic_name, 1, 50, 60)]
+    with RangeFetch(conf, first, timeout_s=15, continuous=True) as fetch:
+        got = records(fetch)
+        assert got[0] == _expected(topic_name, 0, sent[0], 0, 100)
+        assert got[1] == _expected(topic_name, 1, sent[1], 50, 60)
+        time.sleep(0.3)  # the consumer reads ahead meanwhile
+        # The next micro-batch starts at the ends: same consumer, same records as a new one.
+        second = [OffsetRange(topic_name, 0, 100, 600), OffsetRange(topic_name, 1, 60, 61)]
+        assert fetch.continue_with(second)
+        got = records(fetch)
+        assert got[0] == _expected(topic_name, 0, sent[0], 100, 600)
+        assert got[1] == _expected(topic_name, 1, sent[1], 60, 61)
+        # A gap, an overlap or a partition it never read needs a new fetch.
+        assert not fetch.continue_with([OffsetRange(topic_name, 0, 601, 700)])
+        assert not fetch.continue_with([OffsetRange(topic_name, 0, 599, 700)])
+        assert not fetch.continue_with([OffsetRange(topic_name + "-x", 0, 0, 10)])
+        # A partition without new records may be left out.
+        assert fetch.continue_with(
+            [OffsetRange(topic_name, 0, 600, 600), OffsetRange(topic_name, 1, 61, 600)]
+        )
+        assert records(fetch)[1] == _expected(topic_name, 1, sent[1], 61, 600)
+    assert not fetch.continue_with([OffsetRange(topic_name, 1, 600, 601)])  # closed

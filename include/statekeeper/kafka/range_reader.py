@@ -74,7 +74,8 @@ def read_range_runs(
     consumer_conf: dict[str, Any], ranges: Iterable[OffsetRange], timeout_s: float = 30.0
 ) -> dict[str, ConsumedRun]:
     """:func:`read_ranges` without building records: one :class:`ConsumedRun` per range."""
-    return RangeFetch(consumer_conf, ranges, timeout_s).read_runs()
+    with RangeFetch(consumer_conf, ranges, timeout_s) as fetch:
+        return fetch.read_runs()
 
 
 def iter_range_chunks(
@@ -100,14 +101,21 @@ def iter_partition_runs(
 ) -> Iterator[tuple[TP, list[Message]]]:
     """``((topic, partition), messages)`` runs of consumed records (no error events) inside
     the ranges, each run from one partition and in offset order; see the module docs."""
-    return RangeFetch(consumer_conf, ranges, timeout_s, chunk_size).runs()
+    with RangeFetch(consumer_conf, ranges, timeout_s, chunk_size) as fetch:
+        yield from fetch.runs()
 
 
 class RangeFetch:
     """Ranges whose fetch has started: the consumer is assigned when this is built, so
     librdkafka fetches in the background while the caller does other work (a task opening
     its stores); :meth:`runs` or :meth:`read_runs` then take the records. Close it (or use
-    it as a context manager) if the records are not taken."""
+    it as a context manager).
+
+    With ``continuous=True`` a partition is not paused when its range is complete: the
+    consumer keeps fetching past the end while idle, and :meth:`continue_with` reuses it for
+    ranges that start exactly where these ended (the next micro-batch of the same task), so
+    those records are usually already local.
+    """
 
     def __init__(
         self,
@@ -115,12 +123,16 @@ class RangeFetch:
         ranges: Iterable[OffsetRange],
         timeout_s: float = 30.0,
         chunk_size: int = DEFAULT_CHUNK,
+        *,
+        continuous: bool = False,
     ) -> None:
         self.ranges = list(ranges)
         self._conf = consumer_conf
         self._timeout_s = timeout_s
         self._chunk_size = chunk_size
+        self._continuous = continuous
         self._wanted = _merge_ranges(self.ranges)
+        self._next: dict[TP, int] | None = None  # where the consumer continues, if it can
         self._consumer: Consumer | None = None
         if self._wanted:
             # Out of range must be an error, never a silent jump to another offset. The
@@ -132,16 +144,27 @@ class RangeFetch:
             )
 
     def runs(self) -> Iterator[tuple[TP, list[Message]]]:
-        """The records as ``(tp, messages)`` runs; closes the consumer when done."""
-        consumer = self._consumer
-        if consumer is None:
+        """The records as ``(tp, messages)`` runs (each range once)."""
+        consumer, wanted = self._consumer, self._wanted
+        if consumer is None or not wanted:
             return
+        self._wanted, self._next = {}, None
+        overshot: set[TP] = set()
         try:
             yield from _consume(
-                consumer, self._conf, self._wanted, self._timeout_s, self._chunk_size
+                consumer,
+                self._conf,
+                wanted,
+                self._timeout_s,
+                self._chunk_size,
+                pause=not self._continuous,
+                overshot=overshot,
             )
-        finally:
+        except BaseException:
             self.close()
+            raise
+        if self._continuous and not overshot:
+            self._next = {tp: end for tp, (_, end) in wanted.items()}
 
     def read_runs(self) -> dict[str, ConsumedRun]:
         """Every range's records as a :class:`ConsumedRun`, keyed by ``tp_key`` (an empty
@@ -151,7 +174,21 @@ class RangeFetch:
             messages[tp].extend(msgs)
         return {tp_key(t, p): ConsumedRun(t, p, msgs) for (t, p), msgs in messages.items()}
 
+    def continue_with(self, ranges: Iterable[OffsetRange]) -> bool:
+        """Take ``ranges`` next if each non-empty one starts where this fetch's range of
+        that partition ended (and nothing was consumed past an end); False: close this and
+        start a new fetch."""
+        ranges = list(ranges)
+        wanted = _merge_ranges(ranges)
+        if self._consumer is None or self._next is None:
+            return False
+        if any(self._next.get(tp) != start for tp, (start, _) in wanted.items()):
+            return False
+        self.ranges, self._wanted = ranges, wanted
+        return True
+
     def close(self) -> None:
+        self._next = None
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
             consumer.close()
@@ -169,7 +206,14 @@ def _consume(
     wanted: dict[TP, tuple[int, int]],
     timeout_s: float,
     chunk_size: int,
+    *,
+    pause: bool = True,
+    overshot: set[TP] | None = None,
 ) -> Iterator[tuple[TP, list[Message]]]:
+    """Records of ``wanted`` from an assigned consumer. A finished partition is paused
+    (``pause``) or left fetching; records past an end that were taken from the queue are
+    dropped and their partition added to ``overshot``."""
+    overshot = set() if overshot is None else overshot
     ends = {tp: end for tp, (_, end) in wanted.items()}
     position = {tp: start for tp, (start, _) in wanted.items()}  # next offset expected
     pending = set(ends)
@@ -179,7 +223,8 @@ def _consume(
     deadline = time.monotonic() + timeout_s
     while pending:
         # consume() waits out its timeout unless it gets num_messages: never ask for more than
-        # the ranges still need, so the last chunk returns at once.
+        # the ranges still need, so the last chunk returns at once (and, reading one
+        # partition, nothing past its end leaves the queue).
         needed = sum(ends[tp] - position[tp] for tp in pending)
         msgs = consumer.consume(max(1, min(chunk_size, needed)), _POLL_TIMEOUT_S)
         if not msgs:
@@ -195,18 +240,20 @@ def _consume(
         runs = _runs(msgs, only_topic) if only_tp is None else [(only_tp, msgs)] if msgs else []
         for tp, run in runs:
             if tp not in pending:
-                continue  # past the end of a finished range (prefetched before the pause)
+                overshot.add(tp)  # past the end of a finished range
+                continue
             end = ends[tp]
             if run[-1].offset() >= end - 1:
                 if run[-1].offset() >= end:
                     run = run[: bisect_left(run, end, key=_offset)]
-                _finish(consumer, tp, pending)
+                    overshot.add(tp)
+                _finish(consumer, tp, pending, pause)
             if run:
                 position[tp] = run[-1].offset() + 1
                 yield tp, run
         for msg in events:
             tp = (msg.topic(), msg.partition())
-            _handle_event(consumer, msg, msg.error(), tp, wanted, ends, pending)
+            _handle_event(consumer, msg, msg.error(), tp, wanted, ends, pending, pause)
 
 
 def _runs(msgs: list[Message], only_topic: str | None) -> Iterator[tuple[TP, list[Message]]]:
@@ -237,11 +284,12 @@ def _handle_event(
     wanted: dict[TP, tuple[int, int]],
     ends: dict[TP, int],
     pending: set[TP],
+    pause: bool,
 ) -> None:
     code = err.code()
-    if code == KafkaError._PARTITION_EOF:
+    if code == KafkaError._PARTITION_EOF:  # stale ones (below the end) mean nothing
         if tp in pending and msg.offset() >= ends[tp]:
-            _finish(consumer, tp, pending)
+            _finish(consumer, tp, pending, pause)
         return
     where = f"{tp[0]}[{tp[1]}]"
     start, end = wanted.get(tp, (-1, -1))
@@ -255,10 +303,11 @@ def _handle_event(
     raise BrokerUnavailableError(f"reading offsets {start}..{end - 1} of {where}: {err.str()}")
 
 
-def _finish(consumer: Consumer, tp: TP, pending: set[TP]) -> None:
+def _finish(consumer: Consumer, tp: TP, pending: set[TP], pause: bool) -> None:
     if tp in pending:
         pending.discard(tp)
-        consumer.pause([TopicPartition(tp[0], tp[1])])
+        if pause:
+            consumer.pause([TopicPartition(tp[0], tp[1])])
 
 
 def _raise_stalled(

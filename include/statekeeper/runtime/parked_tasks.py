@@ -22,8 +22,32 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+class ParkedTask:
+    """A parked task's open state and its source fetch, which keeps reading ahead from where
+    the last batch ended (a RangeFetch with ``continuous=True``, or None)."""
+
+    __slots__ = ("state", "fetch")
+
+    def __init__(self, state: Any, fetch: Any | None) -> None:
+        self.state = state
+        self.fetch = fetch
+
+    @property
+    def specs(self) -> list[Any]:
+        return list(self.state.specs)
+
+    def release_requested(self) -> bool:
+        return bool(self.state.release_requested())
+
+    def close(self) -> None:
+        if self.fetch is not None:
+            self.fetch.close()
+        self.state.close()
+
+
 class ParkedTasks:
-    """Open task states of this process, by task directory, with a release watcher."""
+    """Open tasks of this process (:class:`ParkedTask` or anything with ``specs``,
+    ``release_requested()`` and ``close()``), by task directory, with a release watcher."""
 
     def __init__(self, poll_s: float = 0.01) -> None:
         self._poll_s = poll_s

@@ -17,6 +17,7 @@ from typing import Any
 
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.model import OffsetRange, tp_key
+from statekeeper.runtime.parked_tasks import ParkedTask
 from statekeeper.settings import StatekeeperSettings
 
 
@@ -99,7 +100,6 @@ def run_share(
     whose share holds it. Skipping a claimed task is safe because a claim is written by the
     lock holder, which runs the task before letting the lock go.
     """
-    from statekeeper.kafka.range_reader import RangeFetch
     from statekeeper.runtime.batch_claims import claim, is_claimed
     from statekeeper.state.directory import TaskDirectory, TaskLock
 
@@ -109,28 +109,27 @@ def run_share(
     def directory(run: TaskRun) -> TaskDirectory:
         return TaskDirectory(settings.state_dir, settings.application_id, run.task_id)
 
-    warm: list[tuple[TaskRun, Any]] = []
+    warm: list[tuple[TaskRun, ParkedTask]] = []
     for run in (r for share in shares for r in share):
         path = directory(run).path
-        state = services.parked.take(str(path), topology.store_specs(run.subtopology))
-        if state is not None:
+        if is_claimed(path, job):  # run by this worker's earlier Spark task of this pass
+            continue
+        parked = services.parked.take(str(path), topology.store_specs(run.subtopology))
+        if parked is not None:
             claim(path, job)
-            warm.append((run, state))
-    # Every warm task's records are fetched at once: later tasks' fetches finish while the
-    # first ones process.
-    fetches = [
-        RangeFetch(services.consumer_conf, run.ranges, settings.broker_timeout_s) for run, _ in warm
-    ]
+            # Every warm task's fetch runs now, so later tasks' records arrive while the
+            # first ones process.
+            parked.fetch = _fetch_for(run, services, parked.fetch)
+            warm.append((run, parked))
     results: list[TaskRunResult] = []
-    for n, ((run, state), fetch) in enumerate(zip(warm, fetches, strict=True)):
+    for n, (run, parked) in enumerate(warm):
         try:
-            result = _run_one(run, topology, services, job, state, fetch)
+            result = _run_one(run, topology, services, job, parked)
         except BaseException:
-            for (_, taken), unused in zip(warm[n + 1 :], fetches[n + 1 :], strict=True):
-                unused.close()  # not run: give their locks back
-                taken.close()
+            for _, unused in warm[n + 1 :]:  # not run: give their locks back
+                unused.close()
             raise
-        assert result is not None  # a parked state is never skipped
+        assert result is not None  # a parked task is never skipped
         results.append(result)
     done = {run.task_id for run, _ in warm}
     for run in shares[index]:
@@ -144,11 +143,24 @@ def run_share(
             time.sleep(0.005)
         if is_claimed(task_dir.path, job):
             continue
-        fetch = RangeFetch(services.consumer_conf, run.ranges, settings.broker_timeout_s)
-        result = _run_one(run, topology, services, job, None, fetch)
+        result = _run_one(run, topology, services, job, None)
         if result is not None:
             results.append(result)
     return results
+
+
+def _fetch_for(run: TaskRun, services: _WorkerServices, previous: Any | None) -> Any:
+    """The run's records: from the parked fetch when it stopped where this run starts (they
+    are mostly local by now), else from a new fetch."""
+    from statekeeper.kafka.range_reader import RangeFetch
+
+    if previous is not None:
+        if previous.continue_with(run.ranges):
+            return previous
+        previous.close()
+    return RangeFetch(
+        services.consumer_conf, run.ranges, services.settings.broker_timeout_s, continuous=True
+    )
 
 
 def _run_one(
@@ -156,42 +168,44 @@ def _run_one(
     topology: Any,
     services: _WorkerServices,
     job: str,
-    parked: Any | None,
-    fetch: Any,
+    parked: ParkedTask | None,
 ) -> TaskRunResult | None:
-    """Run ``run`` on its parked state, or open it (None if another worker claimed it for
-    ``job`` meanwhile); commit and park it on success. ``fetch`` (a RangeFetch of the run's
-    ranges, started by the caller so the records arrive while the stores open) is closed."""
+    """Run ``run`` on its parked task, or open it (None if another worker claimed it for
+    ``job`` meanwhile); commit and park it, with its fetch, on success."""
     from statekeeper.runtime.batch_claims import claim, is_claimed
 
     started = time.perf_counter()
-    with fetch:
-        specs = topology.store_specs(run.subtopology)
-        if parked is not None:  # open since its last batch here: no reopen, no restore
-            state, outcomes = parked, []
-        else:
-            state = services.env.task(run.task_id, run.partition, specs)
-            services.progress.begin(state.task_dir.path)
-            outcomes = state.open()
-            if is_claimed(state.task_dir.path, job):  # its holder ran it while we waited
-                services.parked.park(str(state.task_dir.path), state)
-                return None
-            claim(state.task_dir.path, job)
-        opened = time.perf_counter() - started
-        succeeded = False
+    if parked is not None:  # open since its last batch here: no reopen, no restore
+        state, fetch, outcomes = parked.state, parked.fetch, []
+    else:
+        # The fetch starts first: the broker and librdkafka's threads deliver the batch's
+        # records while the stores open and check their changelogs.
+        fetch = _fetch_for(run, services, None)
+        state = services.env.task(run.task_id, run.partition, topology.store_specs(run.subtopology))
+        services.progress.begin(state.task_dir.path)
         try:
-            result = _process(run, topology, services, state, fetch)
-            result.warm = parked is not None
-            result.restored = [_restore_report(o) for o in outcomes]
-            result.store_entries = {
-                name: store.approximate_num_entries() for name, store in state.stores.items()
-            }
-            succeeded = True
-        finally:
-            if succeeded:
-                services.parked.park(str(state.task_dir.path), state)
-            else:
-                state.close()
+            outcomes = state.open()
+        except BaseException:
+            fetch.close()
+            raise
+        if is_claimed(state.task_dir.path, job):  # its holder ran it while we waited
+            fetch.close()
+            services.parked.park(str(state.task_dir.path), ParkedTask(state, None))
+            return None
+        claim(state.task_dir.path, job)
+    opened = time.perf_counter() - started
+    task = ParkedTask(state, fetch)
+    try:
+        result = _process(run, topology, services, state, fetch)
+        result.warm = parked is not None
+        result.restored = [_restore_report(o) for o in outcomes]
+        result.store_entries = {
+            name: store.approximate_num_entries() for name, store in state.stores.items()
+        }
+    except BaseException:
+        task.close()
+        raise
+    services.parked.park(str(state.task_dir.path), task)
     result.seconds["open"] = opened
     result.seconds["total"] = time.perf_counter() - started
     result.seconds = {k: round(v, 4) for k, v in result.seconds.items()}

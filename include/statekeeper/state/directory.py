@@ -59,7 +59,6 @@ class TaskLock:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.timeout_s
-        requested = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -73,7 +72,6 @@ class TaskLock:
                 request = self.directory.release_request_file
                 if not request.exists():
                     request.touch()
-                requested = True
                 if time.monotonic() >= deadline:
                     holder = _read_holder(fd)
                     os.close(fd)
@@ -83,8 +81,9 @@ class TaskLock:
                         "Stop that process or point this one at another state_dir."
                     ) from None
                 time.sleep(0.01)
-        if requested:
-            self.directory.release_request_file.unlink(missing_ok=True)
+        # Any request is answered now (also a stale one whose waiter gave up); a waiter
+        # still queued renews it.
+        self.directory.release_request_file.unlink(missing_ok=True)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
