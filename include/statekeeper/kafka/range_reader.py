@@ -25,7 +25,7 @@ from itertools import groupby
 from operator import methodcaller
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from statekeeper.errors import BrokerUnavailableError, StatekeeperError
 from statekeeper.kafka.consumed_run import ConsumedRun, to_records
@@ -163,7 +163,12 @@ class RangeFetch:
         except BaseException:
             self.close()
             raise
-        if self._continuous and not overshot:
+        if self._continuous:
+            try:
+                for t, p in overshot & wanted.keys():  # records past its end left the queue
+                    consumer.seek(TopicPartition(t, p, wanted[(t, p)][1]))
+            except KafkaException:
+                return  # not continuable; the next batch starts a new fetch
             self._next = {tp: end for tp, (_, end) in wanted.items()}
 
     def read_runs(self) -> dict[str, ConsumedRun]:
