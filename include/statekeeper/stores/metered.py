@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from itertools import repeat
-from operator import is_not
+from operator import is_not, itemgetter
 from typing import Any, Generic, TypeVar
 
 from statekeeper.stores.base import KeyValueBytesStore, StoreMetadata
@@ -13,6 +13,7 @@ from statekeeper.stores.metrics import StoreMetrics
 from statekeeper.stores.serdes import Serde, SerdeError, deserialize_all, serialize_all
 from statekeeper.stores.window import split_changelog_window_key
 
+_first, _second = itemgetter(0), itemgetter(1)
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -124,7 +125,8 @@ class KeyValueStore(_TypedStore, Generic[K, V]):
         with _Timer(self.metrics, "put", len(items)):
             if not items:
                 return
-            keys, values = map(list, zip(*items, strict=True))
+            keys = list(map(_first, items))
+            values = list(map(_second, items))
             raw_keys = serialize_all(self.key_serde, keys)
             if not all(map(is_not, values, repeat(None))):  # tombstones stay None
                 vs = self.value_serde.serialize
