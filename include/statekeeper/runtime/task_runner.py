@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ class TaskRunResult:
     batch_id: int
     committed: bool
     warm: bool = False  # the state was still open in this worker from the task's last batch
+    worker_pid: int = 0  # the Python worker process that ran it
     records_read: int = 0
     records_processed: int = 0
     records_skipped: int = 0
@@ -198,6 +200,7 @@ def _run_one(
     try:
         result = _process(run, topology, services, state, fetch)
         result.warm = parked is not None
+        result.worker_pid = os.getpid()
         result.restored = [_restore_report(o) for o in outcomes]
         result.store_entries = {
             name: store.approximate_num_entries() for name, store in state.stores.items()
