@@ -40,6 +40,7 @@ from statekeeper.kafka.offsets import (
 TP = tuple[str, int]
 
 DEFAULT_CHUNK = 20_000
+READ_AHEAD_KBYTES = 32 * 1024  # per partition of a continuous fetch (librdkafka: 64 MiB)
 _POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (ENVIRONMENT.md)
 _error = methodcaller("error")
 _offset = methodcaller("offset")
@@ -138,7 +139,10 @@ class RangeFetch:
             # Out of range must be an error, never a silent jump to another offset. The
             # prefetch (queued.min.messages) stays as configured: lowering it to the range
             # size halves the read rate.
-            self._consumer = eof_consumer(consumer_conf, **{"auto.offset.reset": "error"})
+            overrides: dict[str, Any] = {"auto.offset.reset": "error"}
+            if continuous:  # it reads ahead while idle: bound what it holds per partition
+                overrides["queued.max.messages.kbytes"] = READ_AHEAD_KBYTES
+            self._consumer = eof_consumer(consumer_conf, **overrides)
             self._consumer.assign(
                 [TopicPartition(t, p, start) for (t, p), (start, _) in self._wanted.items()]
             )

@@ -393,6 +393,8 @@ class StatekeeperApp:
                 self.board.update_task(result.task_id, restore=result.restored)
             self.board.update_task(
                 result.task_id,
+                worker_pid=result.worker_pid,
+                warm=result.warm,
                 last_batch_id=result.batch_id,
                 committed_offsets=result.committed_offsets,
                 store_entries=result.store_entries,

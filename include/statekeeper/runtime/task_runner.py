@@ -1,10 +1,11 @@
-"""Runs one task's share of a micro-batch on a Spark executor (DESIGN.md R3).
+"""Runs a Spark task's share of a micro-batch on an executor (DESIGN.md R3).
 
-lock → open stores (restore if needed) → skip processed offsets → read the task's offset
-ranges from Kafka → process → flush outputs → commit (changelog, markers, stores) → unlock
-→ return metrics. The task reads its ranges itself (R2): Spark carries only offsets.
-After a successful commit the task stays open in this worker with its lock held (parked,
-see :mod:`statekeeper.runtime.parked_tasks`): its next batch here skips lock and open.
+Per stream task: lock → open stores (restore if needed) → skip processed offsets → read
+the task's offset ranges from Kafka → process → flush outputs → commit (changelog, markers,
+stores) → return metrics. The task reads its ranges itself (R2): Spark carries only offsets.
+After its commit the task stays open in this worker with its lock held (parked, see
+:mod:`statekeeper.runtime.parked_tasks`): its next batch here skips lock, open and restore,
+and its consumer has read ahead. A failed task is closed and unlocked instead.
 """
 
 from __future__ import annotations
