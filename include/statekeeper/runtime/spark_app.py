@@ -1,9 +1,10 @@
 """Runs a topology on PySpark Structured Streaming (DESIGN.md "Spark runtime", R1-R5).
 
-The driver reads offset ranges (not rows) from the ``statekeeper_kafka_ranges`` source; in
-``foreachBatch`` it groups them into tasks (one per subtopology and partition) and runs the
-tasks on the executors, where each one reads its ranges from Kafka, processes them against
-its stores and commits (see :mod:`statekeeper.runtime.task_runner`).
+Spark plans offset ranges (not rows) through the ``statekeeper_kafka_ranges`` source; in
+``foreachBatch`` the driver takes the batch's ranges from Spark's offset log, groups them
+into tasks (one per subtopology and partition) and runs them on the executors, one Spark
+task per core, where each task reads its ranges from Kafka, processes them against its
+stores and commits (see :mod:`statekeeper.runtime.task_runner`).
 """
 
 from __future__ import annotations
