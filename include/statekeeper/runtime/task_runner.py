@@ -113,17 +113,22 @@ def run_share(
         return TaskDirectory(settings.state_dir, settings.application_id, run.task_id)
 
     warm: list[tuple[TaskRun, ParkedTask]] = []
-    for run in (r for share in shares for r in share):
-        path = directory(run).path
-        if is_claimed(path, job):  # run by this worker's earlier Spark task of this pass
-            continue
-        parked = services.parked.take(str(path), topology.store_specs(run.subtopology))
-        if parked is not None:
-            claim(path, job)
-            # Every warm task's fetch runs now, so later tasks' records arrive while the
-            # first ones process.
-            parked.fetch = _fetch_for(run, services, parked.fetch)
-            warm.append((run, parked))
+    try:
+        for run in (r for share in shares for r in share):
+            path = directory(run).path
+            if is_claimed(path, job):  # run by this worker's earlier Spark task of this pass
+                continue
+            parked = services.parked.take(str(path), topology.store_specs(run.subtopology))
+            if parked is not None:
+                warm.append((run, parked))
+                claim(path, job)
+                # Every warm task's fetch runs now, so later tasks' records arrive while
+                # the first ones process.
+                parked.fetch = _fetch_for(run, services, parked.fetch)
+    except BaseException:
+        for _, taken in warm:  # give their locks back
+            taken.close()
+        raise
     results: list[TaskRunResult] = []
     for n, (run, parked) in enumerate(warm):
         try:
