@@ -40,22 +40,14 @@ class ChangelogWriter:
             self._marker_offsets[(msg.topic(), msg.partition())] = msg.offset()
 
     def send(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
-        produce = self._producer.produce
-        try:
-            produce(topic, value, key, partition, on_delivery=self._on_delivery)
-        except BufferError:
-            # Local queue full: serve delivery reports until there is room again.
-            self._producer.poll(0.1)
-            produce(topic, value, key, partition, on_delivery=self._on_delivery)
-        except KafkaException as exc:
-            raise ProduceError(f"cannot produce to {topic}[{partition}]: {exc}") from exc
-        self.records_sent += 1
-        self.bytes_sent += len(key) + (len(value) if value else 0)
+        """One record; see :meth:`send_all`."""
+        self.send_all(topic, partition, [(key, value)])
 
     def send_all(
         self, topic: str, partition: int, items: list[tuple[bytes, bytes | None]]
     ) -> None:
-        """:meth:`send` for many records of one partition (one tight loop)."""
+        """Produce records to one partition in one tight loop (fire-and-forget: only
+        :meth:`flush` proves them delivered)."""
         produce, poll = self._producer.produce, self._producer.poll
         on_delivery = self._on_delivery
         sent_bytes = 0

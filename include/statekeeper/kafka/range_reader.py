@@ -64,11 +64,7 @@ def read_ranges(
     :class:`RangeReadError` when a range starts below the log start (data deleted by
     retention) or ends beyond the log end.
     """
-    ranges = list(ranges)
-    out: dict[str, list[KafkaRecord]] = {tp_key(r.topic, r.partition): [] for r in ranges}
-    for (topic, partition), msgs in iter_partition_runs(consumer_conf, ranges, timeout_s):
-        out[tp_key(topic, partition)].extend(to_records(topic, partition, msgs))
-    return out
+    return {tp: list(run) for tp, run in read_range_runs(consumer_conf, ranges, timeout_s).items()}
 
 
 def read_range_runs(
