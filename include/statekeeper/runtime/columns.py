@@ -9,8 +9,7 @@ processing would, while the rest of the batch keeps the fast path.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import compress, repeat
-from operator import is_not
+from itertools import compress
 from typing import Any, Protocol
 
 from statekeeper.kafka.model import KafkaRecord
@@ -42,12 +41,6 @@ class BatchEnv(Protocol):
         """Send input record ``index`` to the DLQ (re-raises fatal errors)."""
 
     def count_dropped(self, n: int) -> None: ...
-
-
-def has_none(column: list[Any]) -> bool:
-    """Whether any entry is None, by identity: ``None in column`` would call user types'
-    ``__eq__`` (a numpy array's answer has no truth value)."""
-    return not all(map(is_not, column, repeat(None)))
 
 
 FAILED: Any = object()  # a row whose user function raised

@@ -51,7 +51,7 @@ class ParkedTasks:
 
     def __init__(self, poll_s: float = 0.01) -> None:
         self._poll_s = poll_s
-        self._parked: dict[str, Any] = {}  # task dir -> open TaskStateManager
+        self._parked: dict[str, Any] = {}  # task dir -> open task (lock held)
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
 

@@ -21,12 +21,13 @@ from statekeeper.kafka.consumed_run import (
     value_column,
 )
 from statekeeper.kafka.model import KafkaRecord
-from statekeeper.runtime.columns import Columns, Failures, guarded_map, has_none
+from statekeeper.runtime.columns import Columns, Failures, guarded_map
 from statekeeper.runtime.dlq import DESERIALIZATION, classify, is_fatal
 from statekeeper.runtime.errors import NullKeyError
 from statekeeper.runtime.nodes import ProcessorNode, SinkNode, SourceNode
 from statekeeper.runtime.processors.sink import serializer
 from statekeeper.runtime.task_context import TaskContext
+from statekeeper.stores.base import has_none
 from statekeeper.stores.serdes import BytesSerde, StringSerde, serde_for
 
 

@@ -7,6 +7,9 @@ import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_not
+from typing import Any
 
 from statekeeper.errors import StoreClosedError
 
@@ -192,6 +195,12 @@ class VolatileMetadataMixin:
 
     def read_metadata(self) -> StoreMetadata:
         return copy.deepcopy(self._metadata)
+
+
+def has_none(column: list[Any]) -> bool:
+    """Whether any entry is None, by identity: ``None in column`` would call user types'
+    ``__eq__`` (a numpy array's answer has no truth value)."""
+    return not all(map(is_not, column, repeat(None)))
 
 
 def in_range(key: bytes, start: bytes | None, end: bytes | None) -> bool:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from itertools import repeat
-from operator import is_not, itemgetter
+from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
-from statekeeper.stores.base import KeyValueBytesStore, StoreMetadata
+from statekeeper.stores.base import KeyValueBytesStore, StoreMetadata, has_none
 from statekeeper.stores.metrics import StoreMetrics
 from statekeeper.stores.serdes import Serde, SerdeError, deserialize_all, serialize_all
 from statekeeper.stores.window import split_changelog_window_key
@@ -128,7 +127,7 @@ class KeyValueStore(_TypedStore, Generic[K, V]):
             keys = list(map(_first, items))
             values = list(map(_second, items))
             raw_keys = serialize_all(self.key_serde, keys)
-            if not all(map(is_not, values, repeat(None))):  # tombstones stay None
+            if has_none(values):  # tombstones stay None
                 vs = self.value_serde.serialize
                 raw_values = [None if v is None else vs(v) for v in values]
             else:

@@ -13,11 +13,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from statekeeper.runtime.columns import BatchEnv, Columns, has_none
+from statekeeper.runtime.columns import BatchEnv, Columns
 from statekeeper.runtime.dlq import is_fatal
 from statekeeper.runtime.errors import NullKeyError
 from statekeeper.runtime.nodes import Op
 from statekeeper.runtime.processor import Processor, ProcessorContext, Record
+from statekeeper.stores.base import has_none
 
 
 class Aggregation:
