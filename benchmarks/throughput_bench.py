@@ -196,22 +196,31 @@ class ProgressLog:
 # -- Spark ---------------------------------------------------------------------------------
 
 
+def session_conf() -> dict[str, str]:
+    """The one session every contender runs on; the statekeeper runtime's checkpoint conf
+    (in-process renames for local checkpoints) applies to the JVM and pandas peers too."""
+    from statekeeper.runtime.spark_env import LOCAL_CHECKPOINT_CONF
+
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(PARTITIONS),
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.python.worker.reuse": "true",
+        "spark.sql.streaming.stopTimeout": "60s",
+        "spark.driver.memory": "4g",
+        **LOCAL_CHECKPOINT_CONF,
+    }
+
+
 def spark_session() -> Any:
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("statekeeper-throughput-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.pyspark.driver.python", sys.executable)
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.stopTimeout", "60s")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.master("local[2]").appName("statekeeper-throughput-bench")
+    for key, value in session_conf().items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -489,10 +498,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=340.0,
+        default=400.0,
         help="wall-clock budget; the slow peers stop early (reported incomplete) to keep it",
     )
-    parser.add_argument("--timeout-s", type=float, default=150.0, help="cap per contender")
+    parser.add_argument("--timeout-s", type=float, default=180.0, help="cap per contender")
     parser.add_argument("--skip", default="", help="comma list of: sk,jvm,large,tws,apply")
     parser.add_argument(
         "--no-warmup",
@@ -655,6 +664,7 @@ def main() -> None:
         "trigger_ms": args.trigger_ms,
         "warmup": args.warmup,
         "spark_master": "local[2]",
+        "spark_conf": {k: v for k, v in session_conf().items() if "python" not in k},
     }
     try:
         with EmbeddedBroker() as broker:

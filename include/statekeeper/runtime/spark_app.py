@@ -203,12 +203,13 @@ class StatekeeperApp:
         from pyspark.conf import SparkConf
         from pyspark.sql import SparkSession
 
-        from statekeeper.runtime.spark_env import prepare_spark_env
+        from statekeeper.runtime.spark_env import LOCAL_CHECKPOINT_CONF, prepare_spark_env
 
         env_conf = prepare_spark_env()
         SparkContext._ensure_initialized()  # so SparkConf sees spark-submit's --master
         defaults = {
             **env_conf,
+            **LOCAL_CHECKPOINT_CONF,  # the checkpoint is always a local directory here
             "spark.app.name": f"statekeeper-{self.app_id}",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
