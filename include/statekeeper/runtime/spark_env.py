@@ -1,4 +1,5 @@
-"""Process environment Spark needs before its JVM starts, set in one place.
+"""Process environment Spark needs before its JVM starts, and the confs statekeeper sets on
+its streaming sessions, in one place.
 
 Spark's Python workers and the streaming data-source planner are separate processes: they
 must run this interpreter and find the ``statekeeper`` package (an editable install is not
