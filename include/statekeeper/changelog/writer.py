@@ -64,9 +64,6 @@ class ChangelogWriter:
         self.records_sent += len(items)
         self.bytes_sent += sent_bytes
 
-    def poll(self) -> None:
-        self._producer.poll(0)
-
     def flush(self, timeout_s: float) -> None:
         """Wait for all outstanding deliveries; raise if any failed or timed out."""
         remaining = self._producer.flush(timeout_s)
