@@ -32,7 +32,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -164,33 +163,6 @@ def progress_batches(progress: list[Any]) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-class ProgressLog:
-    """Collects the StreamingQueryProgress of every query of a session, by query name
-    (the statekeeper app owns its query object; its progress reaches us this way)."""
-
-    def __init__(self, spark: Any) -> None:
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        self.by_name: dict[str, list[Any]] = defaultdict(list)
-        log = self
-
-        class _Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
-            def onQueryProgress(self, event: Any) -> None:
-                log.by_name[event.progress.name].append(event.progress)
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                pass
-
-        self.listener = _Listener()
-        spark.streams.addListener(self.listener)
 
 
 # -- Spark ---------------------------------------------------------------------------------
@@ -389,7 +361,6 @@ def run_statekeeper(
     batch: int,
     expected: int,
     work: Path,
-    progress: ProgressLog,
     *,
     trigger_ms: int,
     timeout_s: float,
@@ -421,8 +392,7 @@ def run_statekeeper(
         app.run(stop_when_idle=True, idle_s=1.0)
     finally:
         watchdog.cancel()
-    time.sleep(0.5)  # the listener bus delivers the last progress event asynchronously
-    spark_batches = {b["batch_id"]: b for b in progress_batches(progress.by_name[app_id])}
+    spark_batches = {b["batch_id"]: b for b in progress_batches(app.recent_progress)}
     batches = []
     for b in app.batches:
         p = spark_batches.get(b["batch_id"])
@@ -525,7 +495,6 @@ def run_contenders(
     from statekeeper.runtime.kafka_source import register_sources
 
     register_sources(spark)
-    progress = ProgressLog(spark)
     # Warm-up, so the first contender does not pay alone for starting the session's Python
     # workers and importing the Kafka client stack: a batch read of the prefix topic through
     # the same source (which also checks that the source sees every record).
@@ -550,7 +519,6 @@ def run_contenders(
             args.batch,
             args.prefix_records,
             work / "warm-sk",
-            progress,
             trigger_ms=args.trigger_ms,
             timeout_s=60.0,
         )
@@ -579,7 +547,7 @@ def run_contenders(
     n, prefix = args.records, args.prefix_records
     if "sk" not in skip:
         results["statekeeper"] = run_statekeeper(
-            bootstrap, TOPIC, args.batch, n, work / "sk", progress, **opts()
+            bootstrap, TOPIC, args.batch, n, work / "sk", **opts()
         )
     if "jvm" not in skip:
         results["jvm_count"] = run_peer(
@@ -617,7 +585,7 @@ def run_contenders(
         )
     if run_large:
         sk_l = run_statekeeper(
-            bootstrap, TOPIC, args.large_batch, n, work / "sk-large", progress, **opts(0.55)
+            bootstrap, TOPIC, args.large_batch, n, work / "sk-large", **opts(0.55)
         )
         jvm_l = run_peer(
             spark,

@@ -1,0 +1,60 @@
+"""StatekeeperApp run in this process on the tests' Spark session (a caller-owned session)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from statekeeper.apps.word_count import build_topology
+from statekeeper.kafka.adapter import producer_config
+from statekeeper.kafka.admin import ensure_topic, make_admin
+from statekeeper.kafka.embedded import EmbeddedBroker
+from statekeeper.recompute.reader import read_topic
+from statekeeper.recompute.word_count import recompute
+from statekeeper.runtime.spark_app import StatekeeperApp
+from statekeeper.runtime.store_reader import read_store
+from statekeeper.settings import StatekeeperSettings
+
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]
+
+
+def test_app_runs_in_a_caller_session_and_reports_spark_progress(
+    spark: Any, tmp_path: Path
+) -> None:
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        ensure_topic(make_admin(bootstrap), "lines", 2)
+        producer = Producer(producer_config(bootstrap))
+        for i in range(600):
+            line = " ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 1 + i % 5))
+            producer.produce("lines", line.encode(), b"%d" % i, i % 2)
+        assert producer.flush(15) == 0
+        settings = StatekeeperSettings(
+            bootstrap_servers=bootstrap,
+            application_id="in-session",
+            state_dir=tmp_path / "state",
+            checkpoint_dir=tmp_path / "checkpoints",
+            max_records_per_batch=200,
+            trigger_interval_ms=50,
+            starting_offsets="earliest",
+            status_port=None,
+        )
+        topology = build_topology()
+        app = StatekeeperApp(topology, settings)
+        assert app.recent_progress == []
+        app.run(stop_when_idle=True, idle_s=1.0)
+
+        expected = recompute(read_topic(bootstrap, "lines"))
+        assert read_store(settings, topology, "word-counts", 2) == expected.counts
+
+    # Spark's per-batch numbers, read from the query after it stopped: every batch the app
+    # ran is there, and the last one ends where the input topic ends.
+    progress = {p.batchId: p for p in app.recent_progress}
+    ran = [b["batch_id"] for b in app.batches]
+    assert ran and set(ran) <= set(progress)
+    assert all(progress[b].durationMs["triggerExecution"] > 0 for b in ran)
+    end = json.loads(progress[max(ran)].sources[0].endOffset)
+    assert end["lines"] == {"0": 300, "1": 300}
