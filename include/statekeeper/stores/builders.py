@@ -1,7 +1,8 @@
 """Store builders in the spirit of Kafka Streams' ``Stores`` and ``Materialized``.
 
 A :class:`StoreSpec` is a plain, picklable description (it travels to Spark executors);
-:func:`build_store` turns it into the layer stack metered → caching → change-logging → inner.
+:func:`build_store` turns it into the layer stack metered → caching → change-logging → inner
+(a RocksDB inner store under a read cache).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from statekeeper.stores.change_logging import (
 from statekeeper.stores.lru import LRUKeyValueStore
 from statekeeper.stores.memory import InMemoryKeyValueStore
 from statekeeper.stores.metered import KeyValueStore, WindowStore
+from statekeeper.stores.read_cache import ReadCachingKeyValueStore
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 from statekeeper.stores.serdes import Serde, serde_for
 from statekeeper.stores.window import WindowBytesStore
@@ -30,6 +32,8 @@ StoreKind = Literal["rocksdb", "memory", "lru", "window"]
 # Kafka Streams keeps window changelogs one day longer than the store, so a restore after
 # a long outage still finds every live window.
 WINDOW_CHANGELOG_EXTRA_RETENTION_MS = 24 * 60 * 60 * 1000
+#: Per persistent key-value store: ~50k entries of small keys and values.
+DEFAULT_READ_CACHE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class StoreSpec:
     logging_enabled: bool = True
     topic_configs: dict[str, str] = field(default_factory=dict)
     caching_max_bytes: int = 0
+    read_cache_max_bytes: int = DEFAULT_READ_CACHE_BYTES  # RocksDB key-value stores only
     capacity: int | None = None  # LRU only
     persistent_windows: bool = True  # window only: RocksDB or in-memory segments
     window_size_ms: int | None = None
@@ -56,6 +61,10 @@ class StoreSpec:
             raise InvalidStoreConfigError(f"LRU store {self.name!r} needs capacity >= 1")
         if self.caching_max_bytes < 0:
             raise InvalidStoreConfigError(f"store {self.name!r}: cache size must be >= 0")
+        if self.read_cache_max_bytes < 0:
+            raise InvalidStoreConfigError(
+                f"store {self.name!r}: read cache size must be >= 0 (0 turns it off)"
+            )
         if self.kind == "window":
             if self.window_size_ms is None or self.retention_ms is None:
                 raise InvalidStoreConfigError(
@@ -93,6 +102,10 @@ class StoreSpec:
 
     def with_caching_disabled(self) -> StoreSpec:
         return dataclasses.replace(self, caching_max_bytes=0)
+
+    def with_read_cache(self, max_bytes: int) -> StoreSpec:
+        """Bytes of recently read or written values a RocksDB store keeps in memory (0: off)."""
+        return dataclasses.replace(self, read_cache_max_bytes=max_bytes)
 
     def with_retention(self, retention_ms: int) -> StoreSpec:
         if self.kind != "window":
@@ -169,6 +182,8 @@ def build_store(spec: StoreSpec, store_dir: Path, sink: ChangelogSink | None) ->
     inner: Any
     if spec.kind == "rocksdb":
         inner = RocksDBKeyValueStore(spec.name, store_dir)
+        if spec.read_cache_max_bytes:
+            inner = ReadCachingKeyValueStore(inner, spec.read_cache_max_bytes)
     elif spec.kind == "memory":
         inner = InMemoryKeyValueStore(spec.name)
     elif spec.kind == "lru":

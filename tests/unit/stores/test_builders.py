@@ -19,6 +19,7 @@ from statekeeper.stores.change_logging import ChangeLoggingKeyValueStore, Change
 from statekeeper.stores.lru import LRUKeyValueStore
 from statekeeper.stores.memory import InMemoryKeyValueStore
 from statekeeper.stores.metered import KeyValueStore, WindowStore
+from statekeeper.stores.read_cache import ReadCachingKeyValueStore
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 from statekeeper.stores.serdes import IntSerde, JsonSerde, SerdeError
 from statekeeper.stores.window import WindowBytesStore
@@ -226,14 +227,24 @@ def _sink(_key, _value) -> None:
 @pytest.mark.parametrize(
     ("spec", "sink", "expected"),
     [
-        (Stores.persistent("s"), _sink, [ChangeLoggingKeyValueStore, RocksDBKeyValueStore]),
-        (Stores.persistent("s"), None, [RocksDBKeyValueStore]),
+        (
+            Stores.persistent("s"),
+            _sink,
+            [ChangeLoggingKeyValueStore, ReadCachingKeyValueStore, RocksDBKeyValueStore],
+        ),
+        (Stores.persistent("s"), None, [ReadCachingKeyValueStore, RocksDBKeyValueStore]),
+        (Stores.persistent("s").with_read_cache(0), None, [RocksDBKeyValueStore]),
         (Stores.in_memory("s").with_logging_disabled(), _sink, [InMemoryKeyValueStore]),
         (Stores.lru_map("s", 3), _sink, [ChangeLoggingKeyValueStore, LRUKeyValueStore]),
         (
             Stores.persistent("s").with_caching_enabled(100),
             _sink,
-            [CachingKeyValueStore, ChangeLoggingKeyValueStore, RocksDBKeyValueStore],
+            [
+                CachingKeyValueStore,
+                ChangeLoggingKeyValueStore,
+                ReadCachingKeyValueStore,
+                RocksDBKeyValueStore,
+            ],
         ),
         (
             Stores.in_memory("s").with_caching_enabled(100).with_logging_disabled(),

@@ -12,7 +12,7 @@ from typing import Literal
 
 from statekeeper.runtime.errors import TopologyError
 from statekeeper.runtime.nodes import SerdeRef
-from statekeeper.stores.builders import StoreSpec
+from statekeeper.stores.builders import DEFAULT_READ_CACHE_BYTES, StoreSpec
 from statekeeper.stores.windows import TimeWindows
 
 StoreType = Literal["rocksdb", "in_memory", "lru"]
@@ -29,6 +29,7 @@ class Materialized:
     key_serde: SerdeRef | None = None
     value_serde: SerdeRef | None = None
     caching_max_bytes: int = 0
+    read_cache_max_bytes: int = DEFAULT_READ_CACHE_BYTES
     logging_enabled: bool = True
     topic_configs: dict[str, str] = field(default_factory=dict)
     retention_ms: int | None = None
@@ -63,6 +64,11 @@ class Materialized:
     def with_caching_disabled(self) -> Materialized:
         return dataclasses.replace(self, caching_max_bytes=0)
 
+    def with_read_cache(self, max_bytes: int) -> Materialized:
+        """Bytes of recently read or written values a RocksDB key-value store keeps in
+        memory (default 8 MiB per task; 0 turns the read cache off)."""
+        return dataclasses.replace(self, read_cache_max_bytes=max_bytes)
+
     def with_logging_enabled(self, topic_configs: dict[str, str] | None = None) -> Materialized:
         return dataclasses.replace(
             self, logging_enabled=True, topic_configs=dict(topic_configs or {})
@@ -88,6 +94,7 @@ class Materialized:
             logging_enabled=self.logging_enabled,
             topic_configs=dict(self.topic_configs),
             caching_max_bytes=self.caching_max_bytes,
+            read_cache_max_bytes=self.read_cache_max_bytes,
             capacity=self.capacity,
         )
 
