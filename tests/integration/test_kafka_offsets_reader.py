@@ -22,7 +22,7 @@ from statekeeper.kafka.consumed_run import (
 )
 from statekeeper.kafka.embedded import EmbeddedBroker, free_port
 from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
-from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets
+from statekeeper.kafka.offsets import LogEndReader, log_end_offsets, log_start_offsets
 from statekeeper.kafka.range_reader import (
     RangeFetch,
     RangeReadError,
@@ -199,6 +199,44 @@ def test_random_ranges_match_and_chunks_are_single_partition_runs(
     runs = list(iter_partition_runs(conf, full[:1], timeout_s=15))
     assert sum(len(msgs) for _, msgs in runs) == 1000
     assert {tp for tp, _ in runs} == {(topic_name, 0)}
+
+
+def test_a_log_end_reader_follows_the_log_across_reads(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    """One consumer for many lookups (as the streaming source uses it): each read sees what
+    was produced since, on every partition, including one first read while empty."""
+    ensure_topic(admin, topic_name, 3)
+    tps = [(topic_name, p) for p in range(3)]
+    reader = LogEndReader(consumer_config(broker.bootstrap_servers), timeout_s=10)
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    expected = dict.fromkeys(tps, 0)
+    try:
+        assert reader.read(tps) == expected
+        for round_ in range(4):
+            for i in range(50 * (round_ + 1)):
+                p = (i * (round_ + 1)) % 3 if round_ != 2 else 1  # round 2: one partition
+                producer.produce(topic_name, b"v", partition=p)
+                expected[(topic_name, p)] += 1
+            assert producer.flush(15) == 0
+            assert reader.read(tps) == expected
+            assert reader.read(tps[:1]) == {tps[0]: expected[tps[0]]}
+    finally:
+        reader.close()
+    assert log_end_offsets(consumer_config(broker.bootstrap_servers), tps) == expected
+
+
+def test_a_log_end_reader_recovers_after_an_error(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    ensure_topic(admin, topic_name, 1)
+    reader = LogEndReader(consumer_config(broker.bootstrap_servers), timeout_s=3)
+    try:
+        with pytest.raises(StatekeeperError, match="does not exist"):
+            reader.read([(topic_name, 5)])
+        assert reader.read([(topic_name, 0)]) == {(topic_name, 0): 0}
+    finally:
+        reader.close()
 
 
 def test_range_beyond_the_log_end_is_a_clear_error(

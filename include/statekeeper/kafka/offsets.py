@@ -72,18 +72,54 @@ def log_end_offsets(
     """The true log end offset (offset of the next record) of each partition.
 
     Read to partition EOF from just before the reported high watermark, with one consumer
-    for all partitions; see the module docstring.
+    for all partitions; see the module docstring. Repeated lookups: :class:`LogEndReader`.
     """
     tps = _unique(partitions)
     if not tps:
         return {}
-    consumer = eof_consumer(consumer_conf, **{"auto.offset.reset": "latest"})
+    reader = LogEndReader(consumer_conf, timeout_s)
     try:
-        lows, highs = watermarks(consumer, tps, timeout_s)
-        starts = {tp: max(lows[tp], highs[tp] - 1) for tp in tps}
-        return read_to_eof_positions(consumer, starts, timeout_s, highs)
+        return reader.read(tps)
     finally:
-        consumer.close()
+        reader.close()
+
+
+class LogEndReader:
+    """:func:`log_end_offsets` again and again on one consumer.
+
+    A new consumer per lookup pays a connection and a metadata round trip each time; a
+    streaming source asks before every micro-batch. Not thread-safe; after an error the
+    consumer is replaced on the next call.
+    """
+
+    def __init__(self, consumer_conf: dict[str, Any], timeout_s: float = 10.0) -> None:
+        self.consumer_conf = consumer_conf
+        self.timeout_s = timeout_s
+        self._consumer: Consumer | None = None
+
+    def read(self, partitions: Iterable[TP]) -> dict[TP, int]:
+        tps = _unique(partitions)
+        if not tps:
+            return {}
+        if self._consumer is None:
+            self._consumer = eof_consumer(self.consumer_conf, **{"auto.offset.reset": "latest"})
+        consumer = self._consumer
+        try:
+            lows, highs = watermarks(consumer, tps, self.timeout_s)
+            starts = {tp: max(lows[tp], highs[tp] - 1) for tp in tps}
+            ends = read_to_eof_positions(consumer, starts, self.timeout_s, highs)
+            # The next read assigns afresh; no partition may stay paused from this one.
+            consumer.resume([TopicPartition(t, p) for t, p in tps])
+            consumer.unassign()
+            return ends
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
 
 
 def watermarks(
