@@ -5,7 +5,9 @@ the task's offset ranges from Kafka → process → flush outputs → commit (ch
 stores) → return metrics. The task reads its ranges itself (R2): Spark carries only offsets.
 After its commit the task stays open in this worker with its lock held (parked, see
 :mod:`statekeeper.runtime.parked_tasks`): its next batch here skips lock, open and restore,
-and its consumer has read ahead. A failed task is closed and unlocked instead.
+and its consumer has read ahead. The parked tasks a worker runs in one batch commit
+together (one wait for their records, one marker round trip). A failed task is closed and
+unlocked instead.
 """
 
 from __future__ import annotations
@@ -129,16 +131,7 @@ def run_share(
         for _, taken in warm:  # give their locks back
             taken.close()
         raise
-    results: list[TaskRunResult] = []
-    for n, (run, parked) in enumerate(warm):
-        try:
-            result = _run_one(run, topology, services, job, parked)
-        except BaseException:
-            for _, unused in warm[n + 1 :]:  # not run: give their locks back
-                unused.close()
-            raise
-        assert result is not None  # a parked task is never skipped
-        results.append(result)
+    results = _run_warm(warm, topology, services)
     done = {run.task_id for run, _ in warm}
     for run in shares[index]:
         if run.task_id in done:
@@ -151,7 +144,7 @@ def run_share(
             time.sleep(0.005)
         if is_claimed(task_dir.path, job):
             continue
-        result = _run_one(run, topology, services, job, None)
+        result = _run_one(run, topology, services, job)
         if result is not None:
             results.append(result)
     return results
@@ -176,55 +169,91 @@ def _run_one(
     topology: Any,
     services: _WorkerServices,
     job: str,
-    parked: ParkedTask | None,
 ) -> TaskRunResult | None:
-    """Run ``run`` on its parked task, or open it (None if another worker claimed it for
-    ``job`` meanwhile); commit and park it, with its fetch, on success."""
+    """Open ``run``'s task (None if another worker claimed it for ``job`` meanwhile), run
+    and commit it, and park it with its fetch."""
     from statekeeper.runtime.batch_claims import claim, is_claimed
 
     started = time.perf_counter()
-    if parked is not None:  # open since its last batch here: no reopen, no restore
-        state, fetch, outcomes = parked.state, parked.fetch, []
-    else:
-        # The fetch starts first: the broker and librdkafka's threads deliver the batch's
-        # records while the stores open and check their changelogs.
-        fetch = _fetch_for(run, services, None)
-        state = services.env.task(run.task_id, run.partition, topology.store_specs(run.subtopology))
-        services.progress.begin(state.task_dir.path)
-        try:
-            outcomes = state.open()
-        except BaseException:
-            fetch.close()
-            raise
-        if is_claimed(state.task_dir.path, job):  # its holder ran it while we waited
-            fetch.close()
-            services.parked.park(str(state.task_dir.path), ParkedTask(state, None))
-            return None
-        claim(state.task_dir.path, job)
-    opened = time.perf_counter() - started
-    task = ParkedTask(state, fetch)
+    # The fetch starts first: the broker and librdkafka's threads deliver the batch's
+    # records while the stores open and check their changelogs.
+    fetch = _fetch_for(run, services, None)
+    state = services.env.task(run.task_id, run.partition, topology.store_specs(run.subtopology))
+    services.progress.begin(state.task_dir.path)
     try:
-        result = _process(run, topology, services, state, fetch)
-        result.warm = parked is not None
+        outcomes = state.open()
+    except BaseException:
+        fetch.close()
+        raise
+    if is_claimed(state.task_dir.path, job):  # its holder ran it while we waited
+        fetch.close()
+        services.parked.park(str(state.task_dir.path), ParkedTask(state, None))
+        return None
+    claim(state.task_dir.path, job)
+    opened = time.perf_counter() - started
+    return _run_warm(
+        [(run, ParkedTask(state, fetch))], topology, services, cold=[(outcomes, opened)]
+    )[0]
+
+
+def _run_warm(
+    tasks: list[tuple[TaskRun, ParkedTask]],
+    topology: Any,
+    services: _WorkerServices,
+    cold: list[tuple[list[Any], float]] | None = None,
+) -> list[TaskRunResult]:
+    """Process every task, then commit them together (one wait for their changelog records
+    and outputs, one round trip for their markers: the broker acknowledges one task's
+    records while the next one processes), then park them. Any failure closes every task
+    not yet parked: its uncommitted writes are dropped and the next open reverts the
+    changelog tail, so the batch runs again from the last commit."""
+    from statekeeper.state.task_state_manager import commit_together
+
+    settings = services.settings
+    done: list[tuple[TaskRun, ParkedTask, TaskRunResult, float]] = []
+    try:
+        for run, task in tasks:
+            started = time.perf_counter()
+            result = _process(run, topology, services, task.state, task.fetch)
+            done.append((run, task, result, started))
+        t0 = time.perf_counter()
+        services.outputs.flush(settings.broker_timeout_s * 2)
+        commit_together(
+            [
+                (task.state, run.batch_id, result.committed_offsets)
+                for run, task, result, _ in done
+                if not result.committed  # a re-run of a committed batch has nothing to commit
+            ]
+        )
+        commit_s = time.perf_counter() - t0
+    except BaseException:
+        for _, task in tasks:
+            task.close()
+        raise
+    results = []
+    for n, (_run, task, result, started) in enumerate(done):
+        state = task.state
+        outcomes, opened = cold[n] if cold else ([], 0.0)
+        result.committed = True
+        result.warm = cold is None
         result.worker_pid = os.getpid()
         result.restored = [_restore_report(o) for o in outcomes]
         result.store_entries = {
             name: store.approximate_num_entries() for name, store in state.stores.items()
         }
-    except BaseException:
-        task.close()
-        raise
-    services.parked.park(str(state.task_dir.path), task)
-    result.seconds["open"] = opened
-    result.seconds["total"] = time.perf_counter() - started
-    result.seconds = {k: round(v, 4) for k, v in result.seconds.items()}
-    return result
+        services.parked.park(str(state.task_dir.path), task)
+        result.seconds["open"] = opened
+        result.seconds["commit"] = commit_s  # shared by the tasks committed together
+        result.seconds["total"] = time.perf_counter() - started + opened
+        result.seconds = {k: round(v, 4) for k, v in result.seconds.items()}
+        results.append(result)
+    return results
 
 
 def _process(
     run: TaskRun, topology: Any, services: _WorkerServices, state: Any, fetch: Any
 ) -> TaskRunResult:
-    """Skip what the state already holds, process the rest, flush and commit."""
+    """Skip what the state already holds and process the rest; the caller commits."""
     from statekeeper.runtime.task import StreamTask
 
     settings = services.settings
@@ -236,8 +265,9 @@ def _process(
         committed_offsets[key] = max(committed_offsets.get(key, 0), r.end)
     result.committed_offsets = committed_offsets
     if all(processed.get(tp_key(r.topic, r.partition), 0) >= r.end for r in run.ranges):
-        # A re-run of a batch this task already committed: nothing to read.
+        # A re-run of a batch this task already committed: nothing to read or commit.
         result.records_skipped = sum(r.count for r in run.ranges)
+        result.committed = True
         return result
     timings = result.seconds
     t0 = time.perf_counter()
@@ -250,11 +280,6 @@ def _process(
     # Records below the processed offsets (a partly committed re-run) are skipped here.
     batch = task.process_batch(run.batch_id, run.batch_time_ms, records)
     timings["process"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    services.outputs.flush(settings.broker_timeout_s * 2)
-    state.commit(run.batch_id, committed_offsets)
-    timings["commit"] = time.perf_counter() - t0
-    result.committed = True
     result.records_read = batch.records_read
     result.records_processed = batch.records_processed
     result.records_skipped = batch.records_skipped

@@ -231,34 +231,35 @@ class TaskStateManager:
 
     def commit(self, batch_id: int, source_offsets: dict[str, int]) -> None:
         """Commit everything written since the last commit as batch ``batch_id``."""
+        commit_together([(self, batch_id, source_offsets)])
+
+    def _check_committable(self) -> None:
         if self._broken:
             raise StatekeeperError(
                 f"task {self.task_id}: a previous commit failed; close() and open() the task "
                 "to restore a consistent state before processing again"
             )
-        try:
-            for slot in self._slots.values():
-                slot.store.flush()
-            self.writer.flush(self.commit_timeout_s)
-            self._hook("changelog_produced", batch_id)
-            markers = [
-                (
-                    slot.topic,
-                    self.partition,
-                    CommitMarker(batch_id, self.task_id, slot.spec.name, dict(source_offsets)),
-                )
-                for slot in self._slots.values()
-                if slot.topic is not None
-            ]
-            offsets = self.writer.write_markers(markers, self.commit_timeout_s) if markers else {}
-            self._hook("markers_written", batch_id)
-            for slot in self._slots.values():
-                offset = offsets.get((slot.topic, self.partition)) if slot.topic else None
-                slot.store.commit(StoreMetadata(offset, batch_id, dict(source_offsets)))
-            self._hook("stores_committed", batch_id)
-        except BaseException:
-            self._broken = True
-            raise
+
+    def _markers(
+        self, batch_id: int, source_offsets: dict[str, int]
+    ) -> list[tuple[str, int, CommitMarker]]:
+        return [
+            (
+                slot.topic,
+                self.partition,
+                CommitMarker(batch_id, self.task_id, slot.spec.name, dict(source_offsets)),
+            )
+            for slot in self._slots.values()
+            if slot.topic is not None
+        ]
+
+    def _commit_stores(
+        self, batch_id: int, source_offsets: dict[str, int], offsets: dict[tuple[str, int], int]
+    ) -> None:
+        for slot in self._slots.values():
+            offset = offsets.get((slot.topic, self.partition)) if slot.topic else None
+            slot.store.commit(StoreMetadata(offset, batch_id, dict(source_offsets)))
+        self._hook("stores_committed", batch_id)
         self._metadata = StoreMetadata(None, batch_id, dict(source_offsets))
         self._write_checkpoint()
 
@@ -303,3 +304,42 @@ class TaskStateManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def commit_together(parts: list[tuple[TaskStateManager, int, dict[str, int]]]) -> None:
+    """Commit several tasks (``(state, batch_id, source_offsets)``) that share one changelog
+    writer, each by the commit protocol in the module docstring, with one wait for all their
+    changelog records and one round trip for all their markers. A task whose step failed is
+    broken (close and reopen it); tasks whose stores were committed before stay committed.
+    """
+    if not parts:
+        return
+    writer = parts[0][0].writer
+    markers = [m for state, batch_id, offsets in parts for m in state._markers(batch_id, offsets)]
+    if any(state.writer is not writer for state, _, _ in parts) or len(
+        {(topic, partition) for topic, partition, _ in markers}
+    ) < len(markers):
+        for part in parts:  # not one writer, or one changelog partition twice: one by one
+            commit_together([part])
+        return
+    pending = [state for state, _, _ in parts]
+    try:
+        for state in pending:
+            state._check_committable()
+        for state in pending:
+            for slot in state._slots.values():
+                slot.store.flush()
+        timeout_s = max(state.commit_timeout_s for state in pending)
+        writer.flush(timeout_s)
+        for state, batch_id, _ in parts:
+            state._hook("changelog_produced", batch_id)
+        marker_offsets = writer.write_markers(markers, timeout_s) if markers else {}
+        for state, batch_id, _ in parts:
+            state._hook("markers_written", batch_id)
+        for state, batch_id, offsets in parts:
+            state._commit_stores(batch_id, offsets, marker_offsets)
+            pending.remove(state)
+    except BaseException:
+        for state in pending:
+            state._broken = True
+        raise
