@@ -88,3 +88,21 @@ def test_parked_tasks_run_once_per_pass_in_the_worker_that_holds_them(
     counts = read_store(settings, topology, "counts", PARTITIONS)
     assert counts == dict(expected)
     assert len(_services(settings_json).parked) == 0
+
+
+def test_worker_services_raise_the_gc_threshold_once_per_process(tmp_path):
+    import gc
+
+    before = gc.get_threshold()
+    try:
+        for threshold, expected in ((0, before[0]), (12_345, 12_345)):
+            settings = StatekeeperSettings(
+                bootstrap_servers="127.0.0.1:1",
+                application_id=f"gc-{threshold}",
+                state_dir=tmp_path,
+                worker_gc_threshold=threshold,
+            )
+            _services(settings_to_json(settings))
+            assert gc.get_threshold() == (expected, *before[1:])
+    finally:
+        gc.set_threshold(*before)

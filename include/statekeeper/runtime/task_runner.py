@@ -13,6 +13,7 @@ unlocked instead.
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import time
@@ -75,6 +76,9 @@ class _WorkerServices:
         from statekeeper.state.environment import StateEnvironment
 
         self.settings = settings
+        if settings.worker_gc_threshold:
+            # Process-wide, once per worker: fewer collections while batches allocate.
+            gc.set_threshold(settings.worker_gc_threshold, *gc.get_threshold()[1:])
         self.progress = RestoreProgressFile()
         self.env = StateEnvironment(settings, [self.progress], check_broker=False)
         self.outputs = OutputProducer(settings.bootstrap_servers)
