@@ -43,9 +43,10 @@ class StatekeeperSettings(BaseSettings):
     worker_gc_threshold: int = Field(
         50_000,
         ge=0,
-        description="Python's generation-0 GC threshold in Spark workers running tasks "
-        "(0 keeps Python's 700): a batch allocates millions of short-lived objects, and the "
-        "default let full collections take ~20 ms per 12.5k-record task",
+        description="Python's generation-0 GC threshold while a Spark worker runs tasks, "
+        "put back after them (0 keeps Python's 700): a batch allocates millions of "
+        "short-lived objects, and the default let collections take ~20 ms per 12.5k-record "
+        "task",
     )
     max_records_per_batch: int = Field(
         250_000, ge=1, description="Source records admitted per micro-batch (all partitions)"

@@ -8,6 +8,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from statekeeper.kafka.adapter import producer_config
@@ -18,6 +19,7 @@ from statekeeper.runtime.dsl import Materialized, StreamsBuilder
 from statekeeper.runtime.store_reader import read_store
 from statekeeper.runtime.task_runner import (
     TaskRun,
+    _gc_threshold,
     _services,
     run_share,
     settings_to_json,
@@ -90,19 +92,15 @@ def test_parked_tasks_run_once_per_pass_in_the_worker_that_holds_them(
     assert len(_services(settings_json).parked) == 0
 
 
-def test_worker_services_raise_the_gc_threshold_once_per_process(tmp_path):
+def test_tasks_run_with_a_raised_gc_threshold_that_is_put_back():
     import gc
 
     before = gc.get_threshold()
-    try:
-        for threshold, expected in ((0, before[0]), (12_345, 12_345)):
-            settings = StatekeeperSettings(
-                bootstrap_servers="127.0.0.1:1",
-                application_id=f"gc-{threshold}",
-                state_dir=tmp_path,
-                worker_gc_threshold=threshold,
-            )
-            _services(settings_to_json(settings))
-            assert gc.get_threshold() == (expected, *before[1:])
-    finally:
-        gc.set_threshold(*before)
+    with _gc_threshold(12_345):
+        assert gc.get_threshold() == (12_345, *before[1:])
+    assert gc.get_threshold() == before
+    with _gc_threshold(0):
+        assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError), _gc_threshold(12_345):
+        raise RuntimeError("a failed task")
+    assert gc.get_threshold() == before

@@ -12,11 +12,13 @@ unlocked instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -76,9 +78,6 @@ class _WorkerServices:
         from statekeeper.state.environment import StateEnvironment
 
         self.settings = settings
-        if settings.worker_gc_threshold:
-            # Process-wide, once per worker: fewer collections while batches allocate.
-            gc.set_threshold(settings.worker_gc_threshold, *gc.get_threshold()[1:])
         self.progress = RestoreProgressFile()
         self.env = StateEnvironment(settings, [self.progress], check_broker=False)
         self.outputs = OutputProducer(settings.bootstrap_servers)
@@ -109,10 +108,34 @@ def run_share(
     whose share holds it. Skipping a claimed task is safe because a claim is written by the
     lock holder, which runs the task before letting the lock go.
     """
+    services = _services(settings_json)
+    with _gc_threshold(services.settings.worker_gc_threshold):
+        return _run_share(index, shares, job, topology, services)
+
+
+@contextlib.contextmanager
+def _gc_threshold(threshold: int) -> Iterator[None]:
+    """Python's generation-0 GC threshold raised while our tasks run (0: unchanged), and put
+    back after: the worker process is Spark's and runs other Python code too."""
+    before = gc.get_threshold()
+    if threshold:
+        gc.set_threshold(threshold, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+def _run_share(
+    index: int,
+    shares: list[list[TaskRun]],
+    job: str,
+    topology: Any,
+    services: _WorkerServices,
+) -> list[TaskRunResult]:
     from statekeeper.runtime.batch_claims import claim, is_claimed
     from statekeeper.state.directory import TaskDirectory, TaskLock
 
-    services = _services(settings_json)
     settings = services.settings
 
     def directory(run: TaskRun) -> TaskDirectory:
