@@ -407,6 +407,11 @@ def run_statekeeper(
             }
         )
     result = summarise(batches, started, expected)
+    # Task runs after the first batch that had to reopen their stores (Spark ran them in
+    # another Python worker than the one holding them open).
+    result["cold_task_runs_after_first"] = sum(
+        b["tasks"] - b["warm_tasks"] for b in app.batches[1:]
+    )
     result["load_avg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     result["latency_source"] = (
         "spark triggerExecution" if len(spark_batches) >= len(app.batches) else "app foreachBatch"

@@ -418,6 +418,9 @@ class StatekeeperApp:
         last = {
             "batch_id": batch_id,
             "tasks": len(runs),
+            # Tasks that were still open in the worker that ran them (no reopen); a cold task
+            # after the first batch means Spark moved it to another Python worker.
+            "warm_tasks": sum(1 for r in results if r.warm),
             "records": records,
             "seconds": round(seconds, 4),
             "records_per_s": round(records / seconds, 1) if seconds > 0 else None,
