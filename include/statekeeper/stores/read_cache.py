@@ -29,8 +29,8 @@ class ReadCachingKeyValueStore(WrappedKeyValueStore):
             raise ValueError(f"store {wrapped.name!r}: read cache size must be > 0")
         self.max_bytes = max_bytes
         self._cache: dict[bytes, Value] = {}
-        # Bytes added since the last exact count: an upper bound (replaced entries count
-        # twice), so the budget is never exceeded unnoticed.
+        # The last exact count plus every size added since: an upper bound (a replaced
+        # entry counts twice), so the budget is never exceeded unnoticed.
         self._bytes = 0
         self.hits = 0
         self.misses = 0
