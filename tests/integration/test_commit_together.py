@@ -114,3 +114,20 @@ def test_a_failed_group_commit_leaves_every_task_at_its_last_commit(
         for task in tasks:
             task.close()
         env.close()
+
+
+def test_tasks_with_their_own_writers_are_committed_one_by_one(broker, tmp_path, topic_name):
+    envs = [_env(broker, tmp_path / f"env{n}", topic_name) for n in range(2)]
+    tasks = [envs[0].task("0_0", 0, SPECS), envs[1].task("0_1", 1, SPECS)]
+    for task in tasks:
+        task.open()
+    try:
+        _write(tasks, 0)
+        commit_together([(t, 4, {f"in:{p}": 7}) for p, t in enumerate(tasks)])
+        assert [t.last_batch_id for t in tasks] == [4, 4]
+        assert [t.processed_offsets for t in tasks] == [{"in:0": 7}, {"in:1": 7}]
+    finally:
+        for task in tasks:
+            task.close()
+        for env in envs:
+            env.close()

@@ -316,9 +316,10 @@ def commit_together(parts: list[tuple[TaskStateManager, int, dict[str, int]]]) -
         return
     writer = parts[0][0].writer
     markers = [m for state, batch_id, offsets in parts for m in state._markers(batch_id, offsets)]
-    if any(state.writer is not writer for state, _, _ in parts) or len(
+    shared = all(state.writer is writer for state, _, _ in parts) and len(
         {(topic, partition) for topic, partition, _ in markers}
-    ) < len(markers):
+    ) == len(markers)
+    if len(parts) > 1 and not shared:
         for part in parts:  # not one writer, or one changelog partition twice: one by one
             commit_together([part])
         return
