@@ -158,7 +158,7 @@ def _run_share(
         for _, taken in warm:  # give their locks back
             taken.close()
         raise
-    results = _run_warm(warm, topology, services)
+    results = _run_open_tasks(warm, topology, services)
     done = {run.task_id for run, _ in warm}
     for run in shares[index]:
         if run.task_id in done:
@@ -218,22 +218,23 @@ def _run_one(
         return None
     claim(state.task_dir.path, job)
     opened = time.perf_counter() - started
-    return _run_warm(
-        [(run, ParkedTask(state, fetch))], topology, services, cold=[(outcomes, opened)]
+    return _run_open_tasks(
+        [(run, ParkedTask(state, fetch))], topology, services, opened=(outcomes, opened)
     )[0]
 
 
-def _run_warm(
+def _run_open_tasks(
     tasks: list[tuple[TaskRun, ParkedTask]],
     topology: Any,
     services: _WorkerServices,
-    cold: list[tuple[list[Any], float]] | None = None,
+    opened: tuple[list[Any], float] | None = None,
 ) -> list[TaskRunResult]:
-    """Process every task, then commit them together (one wait for their changelog records
-    and outputs, one round trip for their markers: the broker acknowledges one task's
-    records while the next one processes), then park them. Any failure closes every task
-    not yet parked: its uncommitted writes are dropped and the next open reverts the
-    changelog tail, so the batch runs again from the last commit."""
+    """Process every task (parked ones, or the one task just opened: ``opened`` holds its
+    restore outcomes and open time), then commit them together (one wait for their
+    changelog records and outputs, one round trip for their markers: the broker acknowledges
+    one task's records while the next one processes), then park them. Any failure closes
+    every task not yet parked: its uncommitted writes are dropped and the next open reverts
+    the changelog tail, so the batch runs again from the last commit."""
     from statekeeper.state.task_state_manager import commit_together
 
     settings = services.settings
@@ -258,20 +259,20 @@ def _run_warm(
             task.close()
         raise
     results = []
-    for n, (_run, task, result, started) in enumerate(done):
+    outcomes, open_s = opened if opened else ([], 0.0)
+    for _run, task, result, started in done:
         state = task.state
-        outcomes, opened = cold[n] if cold else ([], 0.0)
         result.committed = True
-        result.warm = cold is None
+        result.warm = opened is None
         result.worker_pid = os.getpid()
         result.restored = [_restore_report(o) for o in outcomes]
         result.store_entries = {
             name: store.approximate_num_entries() for name, store in state.stores.items()
         }
         services.parked.park(str(state.task_dir.path), task)
-        result.seconds["open"] = opened
+        result.seconds["open"] = open_s
         result.seconds["commit"] = commit_s  # shared by the tasks committed together
-        result.seconds["total"] = time.perf_counter() - started + opened
+        result.seconds["total"] = time.perf_counter() - started + open_s
         result.seconds = {k: round(v, 4) for k, v in result.seconds.items()}
         results.append(result)
     return results

@@ -45,7 +45,7 @@ class ReadCachingKeyValueStore(WrappedKeyValueStore):
         self.misses += 1
         value = self.wrapped.get(key)
         cache[key] = value
-        self._grew(len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD)
+        self._grew(_entry_size(key, value))
         return value
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
@@ -67,7 +67,7 @@ class ReadCachingKeyValueStore(WrappedKeyValueStore):
     def put(self, key: bytes, value: Value) -> None:
         self.wrapped.put(key, value)
         self._cache[key] = value
-        self._grew(len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD)
+        self._grew(_entry_size(key, value))
 
     def put_all(self, items: Iterable[tuple[bytes, Value]]) -> None:
         items = list(items)
@@ -79,9 +79,6 @@ class ReadCachingKeyValueStore(WrappedKeyValueStore):
     def delete_range(self, start: bytes, end: bytes) -> None:
         self.wrapped.delete_range(start, end)
         self._clear()
-
-    def commit(self, metadata: StoreMetadata) -> None:
-        self.wrapped.commit(metadata)  # the cache already holds what was staged
 
     def restore_batch(
         self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None
@@ -126,11 +123,15 @@ class ReadCachingKeyValueStore(WrappedKeyValueStore):
                 if total <= target:
                     break
                 value = cache[key]
-                total -= len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+                total -= _entry_size(key, value)
                 drop.append(key)
             for key in drop:
                 del cache[key]
         self._bytes = total
+
+
+def _entry_size(key: bytes, value: Value) -> int:
+    return len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
 
 
 def _size(keys: Sequence[bytes], values: Sequence[Value]) -> int:
