@@ -292,3 +292,28 @@ def test_a_continuous_fetch_carries_on_where_its_ranges_ended(
         )
         assert records(fetch)[1] == _expected(topic_name, 1, sent[1], 61, 600)
     assert not fetch.continue_with([OffsetRange(topic_name, 1, 600, 601)])  # closed
+
+
+def test_one_shot_reads_of_records_wider_than_a_bounded_fetch(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    """One-shot reads fetch 1 MiB per partition (bounded_fetch_overrides): 8 MB of 20 kB
+    records take several fetches and still arrive whole, and a short range at the start of
+    a long partition is exact."""
+    ensure_topic(admin, topic_name, 2)
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    wide = [bytes([i % 251]) * 20_000 for i in range(400)]
+    for i, value in enumerate(wide):
+        producer.produce(topic_name, value, b"w%d" % i, partition=0)
+    for i in range(20_000):
+        producer.produce(topic_name, b"%d" % i, b"n%d" % i, partition=1)
+    assert producer.flush(30) == 0
+    conf = consumer_config(broker.bootstrap_servers)
+    out = read_ranges(
+        conf,
+        [OffsetRange(topic_name, 0, 3, 397), OffsetRange(topic_name, 1, 0, 25)],
+        timeout_s=30,
+    )
+    assert [r.value for r in out[tp_key(topic_name, 0)]] == wide[3:397]
+    assert [r.offset for r in out[tp_key(topic_name, 1)]] == list(range(25))
+    assert [r.value for r in out[tp_key(topic_name, 1)]] == [b"%d" % i for i in range(25)]

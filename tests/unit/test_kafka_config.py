@@ -13,6 +13,7 @@ from statekeeper.kafka.adapter import (
     producer_config,
     profile_for,
 )
+from statekeeper.kafka.range_reader import bounded_fetch_overrides
 
 
 def test_consumer_config_reads_to_eof_without_committing():
@@ -23,6 +24,18 @@ def test_consumer_config_reads_to_eof_without_committing():
     assert config["auto.offset.reset"] == "earliest"
     assert config["queued.min.messages"] >= 1_000_000
     assert config["fetch.max.bytes"] >= 50 * 1024 * 1024
+
+
+def test_one_shot_reads_prefetch_only_what_their_ranges_need():
+    wanted = {("t", 0): (0, 12_500), ("t", 1): (100, 600), ("u", 0): (5, 6)}
+    overrides = bounded_fetch_overrides(wanted)
+    assert overrides["queued.min.messages"] == 12_500  # the longest range
+    assert overrides["max.partition.fetch.bytes"] == 1024 * 1024
+    assert overrides["fetch.max.bytes"] == 3 * 1024 * 1024
+    huge = {("t", p): (0, 5_000_000) for p in range(80)}
+    assert bounded_fetch_overrides(huge)["queued.min.messages"] == 1_000_000
+    assert bounded_fetch_overrides(huge)["fetch.max.bytes"] == 50 * 1024 * 1024
+    assert bounded_fetch_overrides({})["queued.min.messages"] == 1
 
 
 def test_producer_config_is_durable_and_batched():
