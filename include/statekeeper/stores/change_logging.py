@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from operator import itemgetter, methodcaller
+from operator import itemgetter
 
 from statekeeper.stores.base import KeyValueBytesStore, Value, WrappedKeyValueStore
 from statekeeper.stores.lru import LRUKeyValueStore
@@ -14,7 +14,6 @@ from statekeeper.stores.window import WindowBytesStore, changelog_window_key
 ChangelogSink = Callable[[bytes, Value], None]
 
 RESERVED_KEY_PREFIX = b"\x00__statekeeper."
-_is_reserved = methodcaller("startswith", RESERVED_KEY_PREFIX)
 _first = itemgetter(0)
 
 
@@ -47,16 +46,16 @@ class ChangeLoggingKeyValueStore(WrappedKeyValueStore):
         self._sink(key, value)
 
     def put_all(self, items: Iterable[tuple[bytes, Value]]) -> None:
-        items = list(items)
+        if not isinstance(items, list):
+            items = list(items)
         if self._logs_evictions:
             # Each put must be logged before the next one can evict it, or an evicted key's
             # put would land after its tombstone and come back on restore.
             for key, value in items:
                 self.put(key, value)
             return
-        keys = list(map(_first, items))
         # A reserved key starts with b"\x00": when the smallest key does not, none does.
-        if keys and min(keys) < b"\x01" and any(map(_is_reserved, keys)):
+        if items and min(map(_first, items)) < b"\x01":
             for key, _ in items:
                 check_key(self.name, key)
         self.wrapped.put_all(items)

@@ -103,7 +103,7 @@ class KeyValueStore(_TypedStore, Generic[K, V]):
     def get_many(self, keys: list[K]) -> list[V | None]:
         with _Timer(self.metrics, "get", len(keys)):
             raw = self.wrapped.get_many(serialize_all(self.key_serde, keys))
-            found = [v for v in raw if v is not None]
+            found = [v for v in raw if v is not None] if has_none(raw) else raw
             try:
                 decoded = iter(deserialize_all(self.value_serde, found))
             except SerdeError:  # redone value by value, to name the key in the error
@@ -121,11 +121,17 @@ class KeyValueStore(_TypedStore, Generic[K, V]):
             )
 
     def put_all(self, items: list[tuple[K, V | None]]) -> None:
-        with _Timer(self.metrics, "put", len(items)):
-            if not items:
+        if items:
+            self.put_columns(list(map(_first, items)), list(map(_second, items)))
+
+    def put_columns(self, keys: list[K], values: list[V | None]) -> None:
+        """``put_all(zip(keys, values))`` for callers that hold keys and values as two
+        lists (a batch aggregation), without building and splitting the pairs."""
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        with _Timer(self.metrics, "put", len(keys)):
+            if not keys:
                 return
-            keys = list(map(_first, items))
-            values = list(map(_second, items))
             raw_keys = serialize_all(self.key_serde, keys)
             if has_none(values):  # tombstones stay None
                 vs = self.value_serde.serialize

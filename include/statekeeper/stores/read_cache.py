@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from itertools import filterfalse
+from operator import itemgetter
 
 from statekeeper.stores.base import KeyValueBytesStore, StoreMetadata, Value, WrappedKeyValueStore
 
 #: Rough bytes per cached entry beyond its key and value (dict slot, two bytes objects), so
 #: the budget holds for small values too.
 ENTRY_OVERHEAD = 100
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 class ReadCachingKeyValueStore(WrappedKeyValueStore):
@@ -59,7 +61,7 @@ class ReadCachingKeyValueStore(WrappedKeyValueStore):
         values = list(map(cache.__getitem__, keys))  # before an eviction can drop some
         self.hits += len(keys) - len(missing)
         self.misses += len(missing)
-        self._grew(_size(missing, found))
+        self._grew(_size(missing, found, len(missing)))
         return values
 
     # -- writes (through) ------------------------------------------------------------------
@@ -70,11 +72,11 @@ class ReadCachingKeyValueStore(WrappedKeyValueStore):
         self._grew(_entry_size(key, value))
 
     def put_all(self, items: Iterable[tuple[bytes, Value]]) -> None:
-        items = list(items)
+        if not isinstance(items, list):
+            items = list(items)
         self.wrapped.put_all(items)
         self._cache.update(items)
-        keys, values = zip(*items, strict=True) if items else ((), ())
-        self._grew(_size(keys, values))
+        self._grew(_items_size(items))
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         self.wrapped.delete_range(start, end)
@@ -115,7 +117,7 @@ class ReadCachingKeyValueStore(WrappedKeyValueStore):
         # Count exactly, then drop the oldest entries down to 3/4 of the budget, so the
         # next exact count is a quarter of the budget away.
         cache = self._cache
-        total = _size(list(cache), list(cache.values()))
+        total = _size(cache.keys(), cache.values(), len(cache))
         target = self.max_bytes * 3 // 4
         if total > target:
             drop = []
@@ -134,7 +136,12 @@ def _entry_size(key: bytes, value: Value) -> int:
     return len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
 
 
-def _size(keys: Sequence[bytes], values: Sequence[Value]) -> int:
+def _items_size(items: list[tuple[bytes, Value]]) -> int:
+    return _size(map(_first, items), map(_second, items), len(items))
+
+
+def _size(keys: Iterable[bytes], values: Iterable[Value], n: int) -> int:
+    """Bytes of ``n`` entries."""
     # filter(None, ...) skips None (and b"", whose length is 0 anyway) at C speed.
-    return sum(map(len, keys)) + sum(map(len, filter(None, values))) + ENTRY_OVERHEAD * len(keys)
+    return sum(map(len, keys)) + sum(map(len, filter(None, values))) + ENTRY_OVERHEAD * n
 

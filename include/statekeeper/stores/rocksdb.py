@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from collections import deque
 from collections.abc import Iterator
+from operator import itemgetter
 from pathlib import Path
 
 import rocksdict
@@ -21,6 +23,7 @@ from statekeeper.stores.base import (
     KeyValueBytesStore,
     StoreMetadata,
     Value,
+    has_none,
     in_range,
     merge_overlay,
 )
@@ -31,6 +34,7 @@ _META_CHANGELOG_OFFSET = b"changelog_offset"
 _META_BATCH_ID = b"batch_id"
 _META_SOURCE_OFFSETS = b"source_offsets"
 
+_first, _second = itemgetter(0), itemgetter(1)
 _cache_lock = threading.Lock()
 _shared_cache: rocksdict.Cache | None = None
 _shared_cache_bytes = 64 * 1024 * 1024
@@ -62,6 +66,19 @@ def _options() -> rocksdict.Options:
     table.set_block_cache(_block_cache())
     opts.set_block_based_table_factory(table)
     return opts
+
+
+def _stage(batch: rocksdict.WriteBatch, keys: list[bytes], values: list[Value]) -> None:
+    """Puts (and deletes, for None values) into ``batch``; at C speed when there is no
+    delete."""
+    if has_none(values):
+        for key, value in zip(keys, values, strict=True):
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+    else:
+        deque(map(batch.put, keys, values), 0)
 
 
 class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
@@ -212,15 +229,10 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
         batch = rocksdict.WriteBatch(raw_mode=True)
         for lo, hi in self._pending_range_deletes:
             batch.delete_range(lo, hi)
-        pending = self._pending
         # In key order: the memtable inserts then walk its skiplist forwards (10k keys:
         # write 20.5 -> 14.4 ms, measured; the sort costs ~4 ms).
-        for key in sorted(pending):
-            value = pending[key]
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
+        keys = sorted(self._pending)
+        _stage(batch, keys, list(map(self._pending.__getitem__, keys)))
         self._put_metadata(batch, metadata)
         self._db.write(batch)
         self._pending.clear()
@@ -231,11 +243,7 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
     ) -> None:
         self._check_open()
         batch = rocksdict.WriteBatch(raw_mode=True)
-        for key, value in records:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
+        _stage(batch, list(map(_first, records)), list(map(_second, records)))
         if metadata is not None:
             self._put_metadata(batch, metadata)
         self._db.write(batch)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 from statekeeper.runtime.columns import BatchEnv, Columns
@@ -138,14 +140,14 @@ class KStreamAggregateOp(Op):
         does not serialize are refolded record by record from their old value, checking
         every step as record-at-a-time processing would: records that fail (in the user
         function or in the store's serde) go to the DLQ and leave the aggregate as it was."""
-        redo = {n for n, new in enumerate(news) if new is _REFOLD}
-        if not redo:
+        if not any(map(is_, news, repeat(_REFOLD))):
             try:
-                store.put_all(list(zip(keys, news, strict=True)))
+                store.put_columns(keys, news)
                 return keys, news, last
             except Exception as exc:
                 if is_fatal(exc):
                     raise
+        redo = {n for n, new in enumerate(news) if new is _REFOLD}
         serialize = store.value_serde.serialize
         for n, new in enumerate(news):
             if n not in redo and new is not None:
@@ -175,7 +177,7 @@ class KStreamAggregateOp(Op):
                 out_keys.append(k)
                 out_news.append(agg)
                 out_last.append(applied)
-        store.put_all(list(zip(out_keys, out_news, strict=True)))
+        store.put_columns(out_keys, out_news)
         return out_keys, out_news, out_last
 
 
