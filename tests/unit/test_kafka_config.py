@@ -36,6 +36,9 @@ def test_one_shot_reads_prefetch_only_what_their_ranges_need():
     assert bounded_fetch_overrides(huge)["queued.min.messages"] == 1_000_000
     assert bounded_fetch_overrides(huge)["fetch.max.bytes"] == 50 * 1024 * 1024
     assert bounded_fetch_overrides({})["queued.min.messages"] == 1
+    # Only the read-to-EOF defaults are replaced; a setting the caller chose stays.
+    conf = consumer_config("h:1", **{"max.partition.fetch.bytes": "2097152"})
+    assert set(bounded_fetch_overrides(wanted, conf)) == {"queued.min.messages", "fetch.max.bytes"}
 
 
 def test_producer_config_is_durable_and_batched():

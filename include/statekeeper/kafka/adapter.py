@@ -154,6 +154,12 @@ def _as_admin(admin_or_bootstrap: Any) -> Any:
 # override of ``None`` removes the key.
 
 _MB = 1024 * 1024
+#: The consumer prefetch of :func:`consumer_config`, for reading whole partitions.
+READ_TO_EOF_PREFETCH: dict[str, int] = {
+    "queued.min.messages": 1_000_000,
+    "fetch.max.bytes": 50 * _MB,
+    "max.partition.fetch.bytes": 50 * _MB,
+}
 
 
 def kafka_client_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
@@ -180,9 +186,7 @@ def consumer_config(
         "enable.partition.eof": True,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "queued.min.messages": 1_000_000,
-        "fetch.max.bytes": 50 * _MB,
-        "max.partition.fetch.bytes": 50 * _MB,
+        **READ_TO_EOF_PREFETCH,
     }
     return _merge(kafka_client_config(bootstrap), {**base, **overrides})
 

@@ -29,6 +29,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from statekeeper.errors import BrokerUnavailableError, StatekeeperError
+from statekeeper.kafka.adapter import READ_TO_EOF_PREFETCH
 from statekeeper.kafka.consumed_run import ConsumedRun, to_records
 from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
 from statekeeper.kafka.offsets import (
@@ -47,10 +48,7 @@ READ_AHEAD_KBYTES = 32 * 1024  # per partition of a continuous fetch (librdkafka
 # the EOF that ends a range closing on an offset gap. At 10 ms, four idle consumers cost the
 # embedded broker ~16 % of a core (measured); at 100 ms, a tenth of that.
 CONTINUOUS_FETCH_WAIT_MS = 100
-# One-shot reads fetch what their ranges need (see bounded_fetch_overrides).
-BOUNDED_FETCH_BYTES = 1024 * 1024  # per partition and fetch
-MAX_FETCH_BYTES = 50 * 1024 * 1024
-QUEUED_MIN_MESSAGES_MAX = 1_000_000
+BOUNDED_FETCH_BYTES = 1024 * 1024  # per partition and fetch of a one-shot read
 _POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (ENVIRONMENT.md)
 _error = methodcaller("error")
 _offset = methodcaller("offset")
@@ -60,9 +58,12 @@ _MISSING = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION)
 _OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 
 
-def bounded_fetch_overrides(wanted: dict[TP, tuple[int, int]]) -> dict[str, Any]:
+def bounded_fetch_overrides(
+    wanted: dict[TP, tuple[int, int]], conf: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Consumer settings for a one-shot read of ``wanted`` ranges: fetch no further ahead
-    than the ranges need.
+    than the ranges need. Only settings of ``conf`` still at the read-to-EOF default are
+    replaced; a value the caller chose (a source's ``kafka.*`` option) stays.
 
     The read-to-EOF prefetch of :func:`~statekeeper.kafka.adapter.consumer_config` (50 MiB
     fetches, a million queued records) makes the client parse the whole rest of the log
@@ -72,11 +73,16 @@ def bounded_fetch_overrides(wanted: dict[TP, tuple[int, int]]) -> dict[str, Any]
     1 MiB per partition are Kafka's default; a larger record batch still comes whole.
     """
     longest = max((end - start for start, end in wanted.values()), default=1)
-    return {
-        "queued.min.messages": max(1, min(longest, QUEUED_MIN_MESSAGES_MAX)),
+    bounded = {
+        "queued.min.messages": max(1, min(longest, READ_TO_EOF_PREFETCH["queued.min.messages"])),
         "max.partition.fetch.bytes": BOUNDED_FETCH_BYTES,
-        "fetch.max.bytes": min(MAX_FETCH_BYTES, BOUNDED_FETCH_BYTES * max(1, len(wanted))),
+        "fetch.max.bytes": min(
+            READ_TO_EOF_PREFETCH["fetch.max.bytes"], BOUNDED_FETCH_BYTES * max(1, len(wanted))
+        ),
     }
+    if conf is None:
+        return bounded
+    return {k: v for k, v in bounded.items() if conf.get(k) == READ_TO_EOF_PREFETCH[k]}
 
 
 class RangeReadError(StatekeeperError):
@@ -167,7 +173,7 @@ class RangeFetch:
                 overrides["queued.max.messages.kbytes"] = READ_AHEAD_KBYTES
                 overrides["fetch.wait.max.ms"] = CONTINUOUS_FETCH_WAIT_MS
             else:
-                overrides.update(bounded_fetch_overrides(self._wanted))
+                overrides.update(bounded_fetch_overrides(self._wanted, consumer_conf))
             self._consumer = eof_consumer(consumer_conf, **overrides)
             self._consumer.assign(
                 [TopicPartition(t, p, start) for (t, p), (start, _) in self._wanted.items()]
