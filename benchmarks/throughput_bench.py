@@ -3,9 +3,12 @@
 One run produces the data once to an embedded broker and pushes it, one contender after
 the other, through:
   statekeeper        StatekeeperApp (offset ranges through Spark, tasks read Kafka + RocksDB)
+  statekeeper_in_memory  the same with the in-memory store (+ changelog)
   tws_pandas         transformWithStateInPandas, a per-key ValueState count (RocksDB provider)
   apply_in_pandas    applyInPandasWithState, a per-key count
-  jvm_count          groupBy("key").count() in update mode to the noop sink
+  jvm_count          groupBy("key").count() in update mode to the noop sink (Spark's default
+                     HDFS-backed state store: in memory, delta files every batch)
+  jvm_count_rocksdb  the same on Spark's RocksDB state store provider
   raw_consume        tuned confluent-kafka consumers, one thread per partition, to EOF
 The Spark peers read the same topic through the ``statekeeper_kafka`` Python data source.
 Every contender in one comparison admits the same ``maxRecordsPerBatch``. Steady-state rates
@@ -13,7 +16,7 @@ exclude the first micro-batch (Python workers and state stores start there); fro
 rates divide all records by the wall time from query start to the last commit. Batch
 latency is Spark's triggerExecution (trigger → commit). Peers too slow for 1M records read a
 prefix topic holding the first ``--prefix-records`` records (same data, same keys); they run
-after statekeeper and JVM count on what is left of ``--budget-s`` (reported ``complete:
+after the fast contenders on what is left of ``--budget-s`` (reported ``complete:
 false`` if cut short). A second comparison runs statekeeper vs JVM count at
 ``--large-batch``. Correctness: each contender's final state must sum to its record count.
 Prints one JSON object on stdout, progress on stderr.
@@ -350,12 +353,12 @@ def state_total(spark: Any, checkpoint: Path, column: str, **options: str) -> di
 # -- statekeeper -----------------------------------------------------------------------------
 
 
-def count_topology(topic: str) -> Any:
+def count_topology(topic: str, store_type: str = "rocksdb") -> Any:
     from statekeeper.runtime.dsl import Materialized, StreamsBuilder
 
     builder = StreamsBuilder()
     builder.stream(topic, key_serde="bytes", value_serde="bytes").group_by_key().count(
-        Materialized.as_(STORE)
+        Materialized.as_(STORE).with_store_type(store_type)  # type: ignore[arg-type]
     )
     return builder.build()
 
@@ -369,6 +372,7 @@ def run_statekeeper(
     *,
     trigger_ms: int,
     timeout_s: float,
+    store_type: str = "rocksdb",
 ) -> dict[str, Any]:
     from statekeeper.runtime.spark_app import StatekeeperApp
     from statekeeper.runtime.store_reader import read_store
@@ -385,7 +389,7 @@ def run_statekeeper(
         starting_offsets="earliest",
         status_port=None,
     )
-    topology = count_topology(topic)
+    topology = count_topology(topic, store_type)
     app = StatekeeperApp(topology, settings)
     say(f"statekeeper: starting, {batch}-record batches ({expected} records)")
     watchdog = threading.Timer(timeout_s, app.stop)
@@ -426,6 +430,7 @@ def run_statekeeper(
         result["steady_rps_foreach_batch_time"] = round(
             sum(b["records"] for b in batches[1:] if b["records"]) / sum(fb)
         )
+    result["store_type"] = store_type
     t0 = time.perf_counter()
     counts = read_store(settings, topology, STORE, PARTITIONS)
     result["state_total"] = int(sum(counts.values()))
@@ -478,11 +483,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=400.0,
+        default=480.0,
         help="wall-clock budget; the slow peers stop early (reported incomplete) to keep it",
     )
     parser.add_argument("--timeout-s", type=float, default=180.0, help="cap per contender")
-    parser.add_argument("--skip", default="", help="comma list of: sk,jvm,large,tws,apply")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="comma list of: sk,sk-memory,jvm,jvm-rocksdb,large,tws,apply",
+    )
     parser.add_argument(
         "--no-warmup",
         dest="warmup",
@@ -542,16 +551,18 @@ def run_contenders(
             trigger_ms=args.trigger_ms,
             timeout_s=60.0,
         )
-        run_peer(
-            spark,
-            "jvm_count_warmup",
-            kafka_frame(spark, bootstrap, PREFIX_TOPIC, args.warmup_batch),
-            jvm_count,
-            args.prefix_records,
-            work / "warm-jvm",
-            trigger_ms=args.trigger_ms,
-            timeout_s=60.0,
-        )
+        for provider in (None, ROCKSDB_PROVIDER) if "jvm-rocksdb" not in skip else (None,):
+            run_peer(
+                spark,
+                "jvm_count_warmup",
+                kafka_frame(spark, bootstrap, PREFIX_TOPIC, args.warmup_batch),
+                jvm_count,
+                args.prefix_records,
+                work / f"warm-jvm-{'rocksdb' if provider else 'hdfs'}",
+                trigger_ms=args.trigger_ms,
+                timeout_s=60.0,
+                provider=provider,
+            )
         say(f"warm-up done in {time.perf_counter() - started:.1f}s")
     say("spark session ready")
 
@@ -569,11 +580,29 @@ def run_contenders(
         results["statekeeper"] = run_statekeeper(
             bootstrap, TOPIC, args.batch, n, work / "sk", **opts()
         )
+    if "sk-memory" not in skip:
+        results["statekeeper_in_memory"] = run_statekeeper(
+            bootstrap, TOPIC, args.batch, n, work / "sk-mem", store_type="in_memory", **opts()
+        )
     if "jvm" not in skip:
         results["jvm_count"] = run_peer(
             spark, "jvm_count", frame(TOPIC, args.batch), jvm_count, n, work / "jvm", **opts()
         )
         results["jvm_count"].update(state_total(spark, work / "jvm", "value.count"))
+    if "jvm-rocksdb" not in skip:
+        results["jvm_count_rocksdb"] = run_peer(
+            spark,
+            "jvm_count_rocksdb",
+            frame(TOPIC, args.batch),
+            jvm_count,
+            n,
+            work / "jvm-rocksdb",
+            provider=ROCKSDB_PROVIDER,
+            **opts(),
+        )
+        results["jvm_count_rocksdb"].update(
+            state_total(spark, work / "jvm-rocksdb", "value.count")
+        )
     reserve = LARGE_RESERVE_S if run_large else 0.0
     if "tws" not in skip:
         # transformWithStateInPandas is the slowest (~1.7k rows/s): 60 % of what is left.
@@ -696,10 +725,18 @@ def main() -> None:
         statekeeper_p50_batch_latency_s=get("statekeeper", "p50_batch_latency_s"),
         statekeeper_vs_tws=ratio(sk_rps, get("tws_pandas", "steady_rps")),
         statekeeper_vs_apply_in_pandas=ratio(sk_rps, get("apply_in_pandas", "steady_rps")),
+        statekeeper_in_memory_rps=get("statekeeper_in_memory", "steady_rps"),
+        jvm_count_rocksdb_rps=get("jvm_count_rocksdb", "steady_rps"),
         statekeeper_vs_jvm=ratio(sk_rps, get("jvm_count", "steady_rps")),
         statekeeper_vs_jvm_last5=ratio(
             get("statekeeper", "last5_rps"), get("jvm_count", "last5_rps")
         ),
+        # Like for like by state store kind: both in memory with a durable log (statekeeper's
+        # in-memory store + changelog, Spark's HDFS-backed provider), and both on RocksDB.
+        statekeeper_in_memory_vs_jvm=ratio(
+            get("statekeeper_in_memory", "steady_rps"), get("jvm_count", "steady_rps")
+        ),
+        statekeeper_vs_jvm_rocksdb=ratio(sk_rps, get("jvm_count_rocksdb", "steady_rps")),
         statekeeper_vs_raw=ratio(sk_rps, raw_rps),
         statekeeper_vs_tws_from_start=ratio(
             get("statekeeper", "from_start_rps"), get("tws_pandas", "from_start_rps")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from operator import itemgetter
 
 from sortedcontainers import SortedDict
 
@@ -12,7 +13,10 @@ from statekeeper.stores.base import (
     StoreMetadata,
     Value,
     VolatileMetadataMixin,
+    has_none,
 )
+
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 class InMemoryKeyValueStore(VolatileMetadataMixin, ClosableMixin, KeyValueBytesStore):
@@ -29,12 +33,31 @@ class InMemoryKeyValueStore(VolatileMetadataMixin, ClosableMixin, KeyValueBytesS
         self._check_open()
         return self._data.get(key)
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        self._check_open()
+        return list(map(self._data.get, keys))
+
     def put(self, key: bytes, value: Value) -> None:
         self._check_open()
         if value is None:
             self._data.pop(key, None)
         else:
             self._data[key] = value
+
+    def put_all(self, items: Iterable[tuple[bytes, Value]]) -> None:
+        self._check_open()
+        if not isinstance(items, list):
+            items = list(items)
+        data = self._data
+        if has_none(list(map(_second, items))):  # deletes change the key order: one by one
+            for key, value in items:
+                self.put(key, value)
+        elif all(map(data.__contains__, map(_first, items))):
+            # Only values change, so the sorted key list stays as it is: set them at dict
+            # speed (SortedDict keeps its values in the dict it inherits from).
+            dict.update(data, items)
+        else:
+            data.update(items)
 
     def range(
         self, start: bytes | None, end: bytes | None, *, reverse: bool = False
@@ -57,8 +80,7 @@ class InMemoryKeyValueStore(VolatileMetadataMixin, ClosableMixin, KeyValueBytesS
     def restore_batch(
         self, records: list[tuple[bytes, Value]], metadata: StoreMetadata | None
     ) -> None:
-        for key, value in records:
-            self.put(key, value)
+        self.put_all(records)
         if metadata is not None:
             self.commit(metadata)
 

@@ -310,3 +310,29 @@ def test_random_operations_match_a_dict_model(harness, seed):
             harness.settle()
     assert list(store.all()) == sorted(model.items())
     assert store.get_many(keys) == [model.get(k) for k in keys]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_put_all_batches_match_a_dict_model(harness, seed):
+    """Batches of known and new keys, repeated keys (the last value wins) and tombstones, as
+    aggregations and restores write them; key order must survive value-only batches."""
+    rng = random.Random(seed)
+    store, model = harness.store, {}
+    keys = [b"k%03d" % i for i in range(60)]
+    for step in range(40):
+        known = list(model)
+        pool = known if known and rng.random() < 0.5 else keys  # a batch of known keys only
+        batch = []
+        for n in range(rng.randint(1, 30)):
+            value = None if rng.random() < 0.1 and step % 3 == 0 else b"v%d.%d" % (step, n)
+            batch.append((rng.choice(pool), value))
+        store.put_all(batch)
+        for key, value in batch:
+            if value is None:
+                model.pop(key, None)
+            else:
+                model[key] = value
+        if rng.random() < 0.3:
+            harness.settle()
+        assert store.get_many(keys) == [model.get(k) for k in keys]
+        assert list(store.all()) == sorted(model.items())
