@@ -18,7 +18,8 @@ latency is Spark's triggerExecution (trigger → commit). Peers too slow for 1M 
 prefix topic holding the first ``--prefix-records`` records (same data, same keys); they run
 after the fast contenders on what is left of ``--budget-s`` (reported ``complete:
 false`` if cut short). A second comparison runs statekeeper vs JVM count at
-``--large-batch``. Correctness: each contender's final state must sum to its record count.
+``--large-batch`` (each store kind). Correctness: each contender's final state must sum to
+its record count.
 Prints one JSON object on stdout, progress on stderr.
 Usage: python benchmarks/throughput_bench.py [--records N] [--keys K] [--batch B] ...
 """
@@ -51,7 +52,8 @@ PARTITIONS = 4
 TOPIC, PREFIX_TOPIC = "tput-input", "tput-input-prefix"
 STORE = "counts"
 #: Seconds kept back for the large-batch comparison while the slow peers run.
-LARGE_RESERVE_S = 40.0
+LARGE_RESERVE_S = 70.0
+CONTENDERS_LARGE = ("statekeeper", "statekeeper_in_memory", "jvm_count", "jvm_count_rocksdb")
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _T0 = time.perf_counter()
 
@@ -483,7 +485,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=480.0,
+        default=540.0,
         help="wall-clock budget; the slow peers stop early (reported incomplete) to keep it",
     )
     parser.add_argument("--timeout-s", type=float, default=180.0, help="cap per contender")
@@ -634,8 +636,18 @@ def run_contenders(
         )
     if run_large:
         sk_l = run_statekeeper(
-            bootstrap, TOPIC, args.large_batch, n, work / "sk-large", **opts(0.55)
+            bootstrap, TOPIC, args.large_batch, n, work / "sk-large", **opts(0.3)
         )
+        if "sk-memory" not in skip:
+            large["statekeeper_in_memory"] = run_statekeeper(
+                bootstrap,
+                TOPIC,
+                args.large_batch,
+                n,
+                work / "sk-mem-large",
+                store_type="in_memory",
+                **opts(0.4),
+            )
         jvm_l = run_peer(
             spark,
             "jvm_count_large",
@@ -643,9 +655,30 @@ def run_contenders(
             jvm_count,
             n,
             work / "jvm-large",
-            **opts(),
+            **opts(0.5),
         )
         jvm_l.update(state_total(spark, work / "jvm-large", "value.count"))
+        if "jvm-rocksdb" not in skip:
+            large["jvm_count_rocksdb"] = run_peer(
+                spark,
+                "jvm_count_rocksdb_large",
+                frame(TOPIC, args.large_batch),
+                jvm_count,
+                n,
+                work / "jvm-rocksdb-large",
+                provider=ROCKSDB_PROVIDER,
+                **opts(),
+            )
+            large["jvm_count_rocksdb"].update(
+                state_total(spark, work / "jvm-rocksdb-large", "value.count")
+            )
+        mem_l, rocks_l = large.get("statekeeper_in_memory", {}), large.get("jvm_count_rocksdb", {})
+        large.update(
+            statekeeper_in_memory_rps=mem_l.get("steady_rps"),
+            jvm_count_rocksdb_rps=rocks_l.get("steady_rps"),
+            statekeeper_in_memory_vs_jvm=ratio(mem_l.get("steady_rps"), jvm_l["steady_rps"]),
+            statekeeper_vs_jvm_rocksdb=ratio(sk_l["steady_rps"], rocks_l.get("steady_rps")),
+        )
         large.update(
             statekeeper_rps=sk_l["steady_rps"],
             jvm_count_rps=jvm_l["steady_rps"],
@@ -753,8 +786,7 @@ def main() -> None:
             c.get("state_total") == c["records"]
             for c in [
                 *contenders.values(),
-                large.get("statekeeper", {}),
-                large.get("jvm_count", {}),
+                *(large.get(k, {}) for k in CONTENDERS_LARGE),
             ]
             if c
         ),
