@@ -53,7 +53,6 @@ TOPIC, PREFIX_TOPIC = "tput-input", "tput-input-prefix"
 STORE = "counts"
 #: Seconds kept back for the large-batch comparison while the slow peers run.
 LARGE_RESERVE_S = 70.0
-CONTENDERS_LARGE = ("statekeeper", "statekeeper_in_memory", "jvm_count", "jvm_count_rocksdb")
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _T0 = time.perf_counter()
 
@@ -512,6 +511,73 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+FAST = (
+    # name, --skip flag, statekeeper store type or JVM state store provider
+    ("statekeeper", "sk", "rocksdb"),
+    ("statekeeper_in_memory", "sk-memory", "in_memory"),
+    ("jvm_count", "jvm", None),
+    ("jvm_count_rocksdb", "jvm-rocksdb", ROCKSDB_PROVIDER),
+)
+
+
+def run_fast(
+    spark: Any,
+    bootstrap: str,
+    batch: int,
+    records: int,
+    work: Path,
+    skip: set[str],
+    opts: Callable[..., dict[str, Any]],
+    *,
+    split: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Statekeeper on each store kind and the JVM count on each state store provider, at one
+    batch size; with ``split`` they share what is left of the budget equally."""
+    todo = [c for c in FAST if c[1] not in skip]
+    out: dict[str, dict[str, Any]] = {}
+    for i, (name, _, kind) in enumerate(todo):
+        limits = opts(1.0 / (len(todo) - i)) if split else opts()
+        path = work / name
+        if name.startswith("statekeeper"):
+            out[name] = run_statekeeper(
+                bootstrap, TOPIC, batch, records, path, store_type=kind, **limits
+            )
+        else:
+            frame = kafka_frame(spark, bootstrap, TOPIC, batch)
+            out[name] = run_peer(
+                spark, f"{name}_{batch}", frame, jvm_count, records, path, provider=kind, **limits
+            )
+            out[name].update(state_total(spark, path, "value.count"))
+    return out
+
+
+def fast_ratios(c: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Rates and ratios of :func:`run_fast`'s contenders: statekeeper's default store against
+    Spark's default, and like for like by store kind (both in memory with a durable log, both
+    on RocksDB)."""
+
+    def get(name: str, key: str = "steady_rps") -> Any:
+        return c.get(name, {}).get(key)
+
+    sk, jvm = "statekeeper", "jvm_count"
+    return {
+        "statekeeper_rps": get(sk),
+        "statekeeper_in_memory_rps": get("statekeeper_in_memory"),
+        "jvm_count_rps": get(jvm),
+        "jvm_count_rocksdb_rps": get("jvm_count_rocksdb"),
+        "statekeeper_from_start_rps": get(sk, "from_start_rps"),
+        "jvm_count_from_start_rps": get(jvm, "from_start_rps"),
+        "statekeeper_p50_batch_latency_s": get(sk, "p50_batch_latency_s"),
+        "statekeeper_vs_jvm": ratio(get(sk), get(jvm)),
+        "statekeeper_vs_jvm_last5": ratio(get(sk, "last5_rps"), get(jvm, "last5_rps")),
+        "statekeeper_vs_jvm_from_start": ratio(
+            get(sk, "from_start_rps"), get(jvm, "from_start_rps")
+        ),
+        "statekeeper_in_memory_vs_jvm": ratio(get("statekeeper_in_memory"), get(jvm)),
+        "statekeeper_vs_jvm_rocksdb": ratio(get(sk), get("jvm_count_rocksdb")),
+    }
+
+
 def run_contenders(
     args: argparse.Namespace, bootstrap: str, work: Path, budget: Budget
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -578,33 +644,7 @@ def run_contenders(
     results: dict[str, dict[str, Any]] = {}
     large: dict[str, Any] = {"batch_records": args.large_batch}
     n, prefix = args.records, args.prefix_records
-    if "sk" not in skip:
-        results["statekeeper"] = run_statekeeper(
-            bootstrap, TOPIC, args.batch, n, work / "sk", **opts()
-        )
-    if "sk-memory" not in skip:
-        results["statekeeper_in_memory"] = run_statekeeper(
-            bootstrap, TOPIC, args.batch, n, work / "sk-mem", store_type="in_memory", **opts()
-        )
-    if "jvm" not in skip:
-        results["jvm_count"] = run_peer(
-            spark, "jvm_count", frame(TOPIC, args.batch), jvm_count, n, work / "jvm", **opts()
-        )
-        results["jvm_count"].update(state_total(spark, work / "jvm", "value.count"))
-    if "jvm-rocksdb" not in skip:
-        results["jvm_count_rocksdb"] = run_peer(
-            spark,
-            "jvm_count_rocksdb",
-            frame(TOPIC, args.batch),
-            jvm_count,
-            n,
-            work / "jvm-rocksdb",
-            provider=ROCKSDB_PROVIDER,
-            **opts(),
-        )
-        results["jvm_count_rocksdb"].update(
-            state_total(spark, work / "jvm-rocksdb", "value.count")
-        )
+    results.update(run_fast(spark, bootstrap, args.batch, n, work / "main", skip, opts))
     reserve = LARGE_RESERVE_S if run_large else 0.0
     if "tws" not in skip:
         # transformWithStateInPandas is the slowest (~1.7k rows/s): 60 % of what is left.
@@ -635,62 +675,10 @@ def run_contenders(
             state_total(spark, work / "apply", "value.groupState.count")
         )
     if run_large:
-        sk_l = run_statekeeper(
-            bootstrap, TOPIC, args.large_batch, n, work / "sk-large", **opts(0.3)
-        )
-        if "sk-memory" not in skip:
-            large["statekeeper_in_memory"] = run_statekeeper(
-                bootstrap,
-                TOPIC,
-                args.large_batch,
-                n,
-                work / "sk-mem-large",
-                store_type="in_memory",
-                **opts(0.4),
-            )
-        jvm_l = run_peer(
-            spark,
-            "jvm_count_large",
-            frame(TOPIC, args.large_batch),
-            jvm_count,
-            n,
-            work / "jvm-large",
-            **opts(0.5),
-        )
-        jvm_l.update(state_total(spark, work / "jvm-large", "value.count"))
-        if "jvm-rocksdb" not in skip:
-            large["jvm_count_rocksdb"] = run_peer(
-                spark,
-                "jvm_count_rocksdb_large",
-                frame(TOPIC, args.large_batch),
-                jvm_count,
-                n,
-                work / "jvm-rocksdb-large",
-                provider=ROCKSDB_PROVIDER,
-                **opts(),
-            )
-            large["jvm_count_rocksdb"].update(
-                state_total(spark, work / "jvm-rocksdb-large", "value.count")
-            )
-        mem_l, rocks_l = large.get("statekeeper_in_memory", {}), large.get("jvm_count_rocksdb", {})
         large.update(
-            statekeeper_in_memory_rps=mem_l.get("steady_rps"),
-            jvm_count_rocksdb_rps=rocks_l.get("steady_rps"),
-            statekeeper_in_memory_vs_jvm=ratio(mem_l.get("steady_rps"), jvm_l["steady_rps"]),
-            statekeeper_vs_jvm_rocksdb=ratio(sk_l["steady_rps"], rocks_l.get("steady_rps")),
+            run_fast(spark, bootstrap, args.large_batch, n, work / "large", skip, opts, split=True)
         )
-        large.update(
-            statekeeper_rps=sk_l["steady_rps"],
-            jvm_count_rps=jvm_l["steady_rps"],
-            statekeeper_from_start_rps=sk_l["from_start_rps"],
-            jvm_count_from_start_rps=jvm_l["from_start_rps"],
-            statekeeper_p50_batch_latency_s=sk_l.get("p50_batch_latency_s"),
-            statekeeper_vs_jvm=ratio(sk_l["steady_rps"], jvm_l["steady_rps"]),
-            statekeeper_vs_jvm_last5=ratio(sk_l.get("last5_rps"), jvm_l.get("last5_rps")),
-            statekeeper_vs_jvm_from_start=ratio(sk_l["from_start_rps"], jvm_l["from_start_rps"]),
-            statekeeper=sk_l,
-            jvm_count=jvm_l,
-        )
+        large.update(fast_ratios(large))
     spark.stop()
     return results, large
 
@@ -745,37 +733,18 @@ def main() -> None:
         return contenders.get(name, {}).get(key)
 
     sk_rps, raw_rps = get("statekeeper", "steady_rps"), result["raw_consume_rps"]
+    result.update(fast_ratios(contenders))
     result.update(
-        statekeeper_rps=sk_rps,
         tws_pandas_rps=get("tws_pandas", "steady_rps"),
         apply_in_pandas_rps=get("apply_in_pandas", "steady_rps"),
-        jvm_count_rps=get("jvm_count", "steady_rps"),
-        statekeeper_from_start_rps=get("statekeeper", "from_start_rps"),
         tws_pandas_from_start_rps=get("tws_pandas", "from_start_rps"),
         apply_in_pandas_from_start_rps=get("apply_in_pandas", "from_start_rps"),
-        jvm_count_from_start_rps=get("jvm_count", "from_start_rps"),
         raw_consume_from_start_rps=raw_rps,
-        statekeeper_p50_batch_latency_s=get("statekeeper", "p50_batch_latency_s"),
         statekeeper_vs_tws=ratio(sk_rps, get("tws_pandas", "steady_rps")),
         statekeeper_vs_apply_in_pandas=ratio(sk_rps, get("apply_in_pandas", "steady_rps")),
-        statekeeper_in_memory_rps=get("statekeeper_in_memory", "steady_rps"),
-        jvm_count_rocksdb_rps=get("jvm_count_rocksdb", "steady_rps"),
-        statekeeper_vs_jvm=ratio(sk_rps, get("jvm_count", "steady_rps")),
-        statekeeper_vs_jvm_last5=ratio(
-            get("statekeeper", "last5_rps"), get("jvm_count", "last5_rps")
-        ),
-        # Like for like by state store kind: both in memory with a durable log (statekeeper's
-        # in-memory store + changelog, Spark's HDFS-backed provider), and both on RocksDB.
-        statekeeper_in_memory_vs_jvm=ratio(
-            get("statekeeper_in_memory", "steady_rps"), get("jvm_count", "steady_rps")
-        ),
-        statekeeper_vs_jvm_rocksdb=ratio(sk_rps, get("jvm_count_rocksdb", "steady_rps")),
         statekeeper_vs_raw=ratio(sk_rps, raw_rps),
         statekeeper_vs_tws_from_start=ratio(
             get("statekeeper", "from_start_rps"), get("tws_pandas", "from_start_rps")
-        ),
-        statekeeper_vs_jvm_from_start=ratio(
-            get("statekeeper", "from_start_rps"), get("jvm_count", "from_start_rps")
         ),
         records_per_contender={
             "raw_consume": result["raw_consume_records"],
@@ -784,10 +753,7 @@ def main() -> None:
         all_complete=all(c["complete"] for c in contenders.values()),
         state_checks_ok=all(
             c.get("state_total") == c["records"]
-            for c in [
-                *contenders.values(),
-                *(large.get(k, {}) for k in CONTENDERS_LARGE),
-            ]
+            for c in [*contenders.values(), *(large.get(name, {}) for name, _, _ in FAST)]
             if c
         ),
         large_batch=large,
