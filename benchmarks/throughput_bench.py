@@ -604,11 +604,11 @@ def run_contenders(
     if seen != args.prefix_records:
         raise RuntimeError(f"statekeeper_kafka read {seen} of {args.prefix_records} records")
     if args.warmup:
-        # Both fast contenders once over the prefix, results dropped, in many small batches:
-        # the JVM's JIT has then compiled the per-batch paths (planning, scheduling, commits)
-        # and the streaming aggregation, and Python workers run the runtime. With 10 warm-up
-        # batches the C2 compiler still took ~0.2 s of CPU per measured batch and both
-        # contenders kept speeding up during their measured batches.
+        # Statekeeper and the JVM count on each state store provider once over the prefix,
+        # results dropped, in many small batches: the JVM's JIT has then compiled the
+        # per-batch paths (planning, scheduling, commits) and the streaming aggregation, and
+        # Python workers run the runtime. With 10 warm-up batches the C2 compiler still took
+        # ~0.2 s of CPU per measured batch and both kept speeding up while measured.
         started = time.perf_counter()
         run_statekeeper(
             bootstrap,
@@ -619,7 +619,8 @@ def run_contenders(
             trigger_ms=args.trigger_ms,
             timeout_s=60.0,
         )
-        for provider in (None, ROCKSDB_PROVIDER) if "jvm-rocksdb" not in skip else (None,):
+        jvm_runs = [c for c in FAST if c[0].startswith("jvm") and c[1] not in skip]
+        for _, _, provider in jvm_runs:
             run_peer(
                 spark,
                 "jvm_count_warmup",
