@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from statekeeper.changelog.records import MARKER_KEY, CommitMarker
 from statekeeper.errors import ProduceError
+from statekeeper.stores.base import payload_bytes
 
 _first, _second = itemgetter(0), itemgetter(1)
 
@@ -73,10 +74,8 @@ class ChangelogWriter:
         except KafkaException as exc:
             raise ProduceError(f"cannot produce to {topic}[{partition}]: {exc}") from exc
         self.records_sent += len(items)
-        # Summed at C speed after the loop, not per record inside it.
-        self.bytes_sent += sum(map(len, map(_first, items))) + sum(
-            map(len, filter(None, map(_second, items)))
-        )
+        # Summed after the loop, not per record inside it.
+        self.bytes_sent += payload_bytes(map(_first, items), map(_second, items))
 
     def flush(self, timeout_s: float) -> None:
         """Wait for all outstanding deliveries; raise if any failed or timed out."""

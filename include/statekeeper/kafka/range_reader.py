@@ -3,10 +3,9 @@
 One consumer is assigned every non-empty range at its start offset; records are consumed
 in large chunks (``consume(num_messages=20000, timeout=0.05)``; a one-shot read prefetches
 what its ranges need, a continuous one up to :data:`READ_AHEAD_KBYTES`), records at or past
-a range's end are
-dropped, and a partition is paused as soon as its range is complete: its record at
-``end - 1`` arrived, or partition EOF at or past ``end`` (the last offsets of a range may
-be transaction markers or compacted away, which no consumer ever sees).
+a range's end are dropped, and a partition is paused as soon as its range is complete: its
+record at ``end - 1`` arrived, or partition EOF at or past ``end`` (the last offsets of a
+range may be transaction markers or compacted away, which no consumer ever sees).
 
 Three views of the same stream:
 - :func:`iter_partition_runs` yields ``(tp, messages)``: raw ``confluent_kafka.Message``

@@ -197,6 +197,12 @@ class VolatileMetadataMixin:
         return copy.deepcopy(self._metadata)
 
 
+def payload_bytes(keys: Iterable[bytes], values: Iterable[Value]) -> int:
+    """Bytes of the keys and the non-None values, summed at C speed (``filter(None, ...)``
+    skips None, and b"", whose length is 0 anyway)."""
+    return sum(map(len, keys)) + sum(map(len, filter(None, values)))
+
+
 def has_none(column: list[Any]) -> bool:
     """Whether any entry is None, by identity: ``None in column`` would call user types'
     ``__eq__`` (a numpy array's answer has no truth value)."""

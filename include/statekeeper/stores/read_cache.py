@@ -6,7 +6,13 @@ from collections.abc import Iterable
 from itertools import filterfalse
 from operator import itemgetter
 
-from statekeeper.stores.base import KeyValueBytesStore, StoreMetadata, Value, WrappedKeyValueStore
+from statekeeper.stores.base import (
+    KeyValueBytesStore,
+    StoreMetadata,
+    Value,
+    WrappedKeyValueStore,
+    payload_bytes,
+)
 
 #: Rough bytes per cached entry beyond its key and value (dict slot, two bytes objects), so
 #: the budget holds for small values too.
@@ -142,6 +148,5 @@ def _items_size(items: list[tuple[bytes, Value]]) -> int:
 
 def _size(keys: Iterable[bytes], values: Iterable[Value], n: int) -> int:
     """Bytes of ``n`` entries."""
-    # filter(None, ...) skips None (and b"", whose length is 0 anyway) at C speed.
-    return sum(map(len, keys)) + sum(map(len, filter(None, values))) + ENTRY_OVERHEAD * n
+    return payload_bytes(keys, values) + ENTRY_OVERHEAD * n
 
