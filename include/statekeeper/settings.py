@@ -48,6 +48,22 @@ class StatekeeperSettings(BaseSettings):
         "short-lived objects, and the default let collections take ~20 ms per 12.5k-record "
         "task",
     )
+    commit_interval_ms: int = Field(
+        5_000,
+        ge=0,
+        description="How often a task commits (Kafka Streams' commit.interval.ms): changelog "
+        "markers and store writes. Between commits a task's state lives in its Spark worker "
+        "and a key updated in many micro-batches is written once; after a crash the task "
+        "replays its uncommitted micro-batches from Spark's offset log, so state and output "
+        "dedupe ids stay exact. 0 commits every micro-batch",
+    )
+    max_uncommitted_batches: int = Field(
+        20,
+        ge=1,
+        le=90,
+        description="A task commits at least every this many micro-batches (the crash replay "
+        "reads them back from Spark's offset log, which keeps the last 100 by default)",
+    )
     max_records_per_batch: int = Field(
         250_000, ge=1, description="Source records admitted per micro-batch (all partitions)"
     )

@@ -72,7 +72,10 @@ def test_word_count_is_exact_after_random_kill9s(broker, tmp_path) -> None:
     feed = _feeder(bootstrap, topic, list(word_count_lines(15_000, seed=seed)))
     app = AppUnderTest.create(
         "word_count", bootstrap, tmp_path, suffix, {"input_topic": topic, "output_topic": out},
-        max_records_per_batch=20_000,
+        # Batches capped well below a run's input and a short commit interval: kills land
+        # on tasks holding uncommitted batches, which the next run replays.
+        max_records_per_batch=1_000,
+        commit_interval_ms=2_000,
     )
     app.kill_at_random_moments(
         KILLS_PER_APP,
@@ -111,6 +114,7 @@ def test_patient_monitoring_is_exact_after_random_kill9s(broker, tmp_path) -> No
         "patient_monitoring", bootstrap, tmp_path, suffix,
         {"input_topic": topic, "alerts_topic": alerts, "heart_rate_topic": heart_rate},
         max_records_per_batch=4_000,
+        commit_interval_ms=2_000,
     )
     app.kill_at_random_moments(
         KILLS_PER_APP,

@@ -58,7 +58,10 @@ def test_parked_tasks_run_once_per_pass_in_the_worker_that_holds_them(
     assert producer.flush(15) == 0
     app = f"runner-{uuid.uuid4().hex[:8]}"
     settings = StatekeeperSettings(
-        bootstrap_servers=broker.bootstrap_servers, application_id=app, state_dir=tmp_path
+        bootstrap_servers=broker.bootstrap_servers,
+        application_id=app,
+        state_dir=tmp_path,
+        commit_interval_ms=0,  # every batch commits (tests/integration/test_commit_interval.py)
     )
     topology = _topology(topic_name)
     prepare_topics(admin, topology, app, 30.0)

@@ -9,7 +9,10 @@ can have written its changelog, because nobody else could take the lock.
 Anyone else who needs the task (the other worker, a store reader, a snapshot) waits on the
 lock and leaves a release request (:class:`~statekeeper.state.directory.TaskLock`); a
 watcher thread here closes the parked task and releases the lock within a poll interval.
-A killed worker's locks are released by the OS, so parking never blocks recovery.
+A parked task may hold uncommitted batches (a commit interval spans batches): the watcher
+commits them first when the worker is idle; a busy worker closes without committing (two
+busy workers waiting on each other's tasks would deadlock) and the next holder replays
+them. A killed worker's locks are released by the OS, so parking never blocks recovery.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -49,8 +53,16 @@ class ParkedTasks:
     """Open tasks of this process (:class:`ParkedTask` or anything with ``specs``,
     ``release_requested()`` and ``close()``), by task directory, with a release watcher."""
 
-    def __init__(self, poll_s: float = 0.01) -> None:
+    def __init__(
+        self,
+        poll_s: float = 0.01,
+        *,
+        commit_before_release: Callable[[Any], None] | None = None,
+        busy: threading.Lock | None = None,
+    ) -> None:
         self._poll_s = poll_s
+        self._commit = commit_before_release
+        self._busy = busy
         self._parked: dict[str, Any] = {}  # task dir -> open task (lock held)
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
@@ -94,7 +106,18 @@ class ParkedTasks:
                 wanted = [d for d, s in self._parked.items() if s.release_requested()]
                 released = [self._parked.pop(d) for d in wanted]
             for state in released:
+                self._commit_if_idle(state)
                 _close(state)
+
+    def _commit_if_idle(self, state: Any) -> None:
+        if self._commit is None or self._busy is None or not self._busy.acquire(blocking=False):
+            return
+        try:
+            self._commit(state)
+        except Exception:  # the next holder replays what was not committed
+            log.exception("committing handed-over task %s failed", getattr(state, "task_id", "?"))
+        finally:
+            self._busy.release()
 
 
 def _close(state: Any) -> None:

@@ -31,6 +31,7 @@ from statekeeper.runtime.spark_checkpoint import (
 )
 from statekeeper.runtime.status import StatusBoard, StatusServer
 from statekeeper.runtime.task_runner import (
+    BatchSlice,
     TaskRun,
     TaskRunResult,
     run_share,
@@ -94,6 +95,13 @@ class StatekeeperApp:
         self._started = time.time()
         self._processing_s = 0.0
         self._opened: set[str] = set()
+        # The last max_uncommitted_batches batches (id -> time, task id -> ranges), each
+        # task's subtopology and partition, and the last batch each task reported committed:
+        # a task whose state is behind replays its backlog from these.
+        self._history: dict[int, tuple[int, dict[str, tuple[OffsetRange, ...]]]] = {}
+        self._history_seeded = False
+        self._task_keys: dict[str, tuple[int, int]] = {}
+        self._committed: dict[str, int] = {}
         self._query: Any = None
         #: One entry per completed micro-batch (benchmarks and tests read it).
         self.batches: list[dict[str, Any]] = []
@@ -135,6 +143,7 @@ class StatekeeperApp:
             spark = self._spark()
             self._query = query = self._start_query(spark)
             self._supervise(query, stop_when_idle, idle_s)
+            self._commit_held_batches(spark)
         except BaseException as exc:
             # ERROR is final for this run, so a supervisor tells a crash from a clean stop.
             if self.state not in (AppState.ERROR, AppState.NOT_RUNNING):
@@ -333,22 +342,104 @@ class StatekeeperApp:
         ]
 
     def _plan_tasks(self, ranges: list[OffsetRange], batch_id: int) -> list[TaskRun]:
+        if not self._history_seeded:
+            self._seed_history(batch_id)
         batch_time = batch_timestamp_ms(self.checkpoint, batch_id)
-        by_task: dict[tuple[int, int], list[OffsetRange]] = defaultdict(list)
+        by_task = self._group_by_task(ranges)
+        # Fewer records than admission control allows: the source is caught up, so the
+        # tasks commit now rather than keep a backlog while there is little to do.
+        caught_up = sum(r.count for r in ranges) < self.settings.max_records_per_batch
+        oldest_kept = batch_id - self.settings.max_uncommitted_batches + 1
+        runs = []
+        for tid, (sub, partition) in sorted(self._task_keys.items()):
+            backlog = self._backlog(tid, batch_id)
+            # A task commits before its oldest uncommitted batch leaves the history, idle
+            # tasks too (with nothing to read), so a replay always finds its batches.
+            overdue = bool(backlog) and backlog[0].batch_id <= oldest_kept
+            if tid in by_task or overdue:
+                runs.append(
+                    TaskRun(
+                        tid,
+                        sub,
+                        partition,
+                        by_task.get(tid, ()),
+                        batch_id,
+                        batch_time,
+                        backlog,
+                        force_commit=caught_up or overdue,
+                    )
+                )
+        self._remember(batch_id, batch_time, by_task)
+        return runs
+
+    def _group_by_task(self, ranges: list[OffsetRange]) -> dict[str, tuple[OffsetRange, ...]]:
+        by_task: dict[str, list[OffsetRange]] = defaultdict(list)
         for r in ranges:
             sub = self.topology.subtopology_of(self.app_id, r.topic)
-            by_task[(sub, r.partition)].append(r)
-        return [
-            TaskRun(
-                task_id=task_id(sub, partition),
-                subtopology=sub,
-                partition=partition,
-                ranges=tuple(sorted(ranges, key=lambda r: r.topic)),
-                batch_id=batch_id,
-                batch_time_ms=batch_time,
-            )
-            for (sub, partition), ranges in sorted(by_task.items())
+            tid = task_id(sub, r.partition)
+            self._task_keys[tid] = (sub, r.partition)
+            by_task[tid].append(r)
+        return {tid: tuple(sorted(rs, key=lambda r: r.topic)) for tid, rs in by_task.items()}
+
+    def _remember(
+        self, batch_id: int, batch_time: int, by_task: dict[str, tuple[OffsetRange, ...]]
+    ) -> None:
+        self._history[batch_id] = (batch_time, by_task)
+        for old in sorted(self._history)[: -self.settings.max_uncommitted_batches]:
+            del self._history[old]
+
+    def _seed_history(self, batch_id: int) -> None:
+        """After a (re)start, the batches before ``batch_id`` from Spark's offset log: tasks
+        may hold them uncommitted, or have lost them with a killed worker."""
+        self._history_seeded = True
+        for past in range(max(1, batch_id - self.settings.max_uncommitted_batches), batch_id):
+            ranges = logged_batch_ranges(self.checkpoint, past)
+            if ranges is not None:
+                self._remember(
+                    past, batch_timestamp_ms(self.checkpoint, past), self._group_by_task(ranges)
+                )
+
+    def _backlog(self, tid: str, batch_id: int) -> tuple[BatchSlice, ...]:
+        """The task's batches before ``batch_id`` that it has not reported committed."""
+        since = self._committed.get(tid, -1)
+        return tuple(
+            BatchSlice(past, batch_time, by_task[tid])
+            for past, (batch_time, by_task) in sorted(self._history.items())
+            if since < past < batch_id and tid in by_task
+        )
+
+    def _commit_held_batches(self, spark: Any) -> None:
+        """A stop ends with every task committed: tasks that still hold uncommitted batches
+        (a commit interval spans batches) commit them now, in the worker holding them, or in
+        another one that replays them."""
+        if not self._history or self.state is AppState.ERROR:
+            return
+        last = max(self._history)
+        runs = [
+            TaskRun(tid, sub, partition, (), last, self._history[last][0], backlog, True)
+            for tid, (sub, partition) in sorted(self._task_keys.items())
+            if (backlog := self._backlog(tid, last + 1))
         ]
+        if not runs:
+            return
+        started = time.perf_counter()
+        results = self._execute(spark, runs)
+        self._note_committed(results)
+        log.info(
+            "stop: %d task(s) committed their held batches in %.2fs",
+            len(results),
+            time.perf_counter() - started,
+        )
+
+    def _note_committed(self, results: list[TaskRunResult]) -> None:
+        for result in results:
+            if result.committed_batch_id is not None:
+                self._committed[result.task_id] = result.committed_batch_id
+            self.board.update_task(
+                result.task_id,
+                committed_batch_id=result.committed_batch_id,
+                committed_offsets=result.committed_offsets,
+            )
 
     def _execute(self, spark: Any, runs: list[TaskRun]) -> list[TaskRunResult]:
         if not runs:
@@ -396,6 +487,7 @@ class StatekeeperApp:
                 "records_late_dropped",
                 "records_dlq",
                 "records_output",
+                "records_replayed",
             ):
                 self._totals[key] += getattr(result, key)
             if result.task_id not in self._opened:
@@ -408,10 +500,10 @@ class StatekeeperApp:
                 worker_pid=result.worker_pid,
                 warm=result.warm,
                 last_batch_id=result.batch_id,
-                committed_offsets=result.committed_offsets,
                 store_entries=result.store_entries,
                 seconds=result.seconds,
             )
+        self._note_committed(results)
         self._batch_seconds.append(seconds)
         self._processing_s += seconds
         self._last_batch_end = time.monotonic()

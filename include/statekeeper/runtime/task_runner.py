@@ -16,21 +16,41 @@ import contextlib
 import functools
 import gc
 import json
+import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.model import OffsetRange, tp_key
 from statekeeper.runtime.parked_tasks import ParkedTask
 from statekeeper.settings import StatekeeperSettings
 
+log = logging.getLogger("statekeeper.runtime")
+
+
+@dataclass(frozen=True)
+class BatchSlice:
+    """A task's part of one earlier micro-batch: its id, Spark's logged time and the task's
+    offset ranges."""
+
+    batch_id: int
+    batch_time_ms: int
+    ranges: tuple[OffsetRange, ...]
+
 
 @dataclass(frozen=True)
 class TaskRun:
-    """One task's work in one micro-batch (picklable; built on the driver)."""
+    """One task's work in one micro-batch (picklable; built on the driver).
+
+    ``backlog`` holds the task's earlier batches that Spark may have committed while the
+    task had not (a commit interval spans batches): a task whose state is behind replays
+    them one by one before this batch. ``force_commit`` commits now, whatever the interval
+    (the source is caught up, or the app is stopping)."""
 
     task_id: str
     subtopology: int
@@ -38,6 +58,8 @@ class TaskRun:
     ranges: tuple[OffsetRange, ...]
     batch_id: int
     batch_time_ms: int
+    backlog: tuple[BatchSlice, ...] = ()
+    force_commit: bool = False
 
 
 @dataclass
@@ -46,7 +68,8 @@ class TaskRunResult:
 
     task_id: str
     batch_id: int
-    committed: bool
+    committed: bool  # the state's commit covers this batch
+    committed_batch_id: int | None = None  # the last batch the task's state committed
     warm: bool = False  # the state was still open in this worker from the task's last batch
     worker_pid: int = 0  # the Python worker process that ran it
     records_read: int = 0
@@ -55,6 +78,7 @@ class TaskRunResult:
     records_late_dropped: int = 0
     records_dlq: int = 0
     records_output: int = 0
+    records_replayed: int = 0  # of backlog batches the state had not committed
     committed_offsets: dict[str, int] = field(default_factory=dict)
     restored: list[dict[str, Any]] = field(default_factory=list)
     store_entries: dict[str, int] = field(default_factory=dict)
@@ -84,7 +108,17 @@ class _WorkerServices:
         self.consumer_conf = consumer_config(
             settings.bootstrap_servers, group_id=f"{settings.application_id}-tasks"
         )
-        self.parked = ParkedTasks()
+        self.busy = threading.Lock()
+        self.parked = ParkedTasks(commit_before_release=_commit_held, busy=self.busy)
+
+
+def _commit_held(task: ParkedTask) -> None:
+    """Commit the batches a parked task holds (it is being handed over)."""
+    from statekeeper.state.task_state_manager import commit_together
+
+    pending = task.state.pending_commit()
+    if pending is not None:
+        commit_together([(task.state, *pending)])
 
 
 @functools.lru_cache(maxsize=4)
@@ -109,7 +143,9 @@ def run_share(
     lock holder, which runs the task before letting the lock go.
     """
     services = _services(settings_json)
-    with _gc_threshold(services.settings.worker_gc_threshold):
+    # Held while this worker runs tasks: the parked-task watcher commits a task it hands
+    # over only while the worker is idle (see ParkedTasks).
+    with services.busy, _gc_threshold(services.settings.worker_gc_threshold):
         return _run_share(index, shares, job, topology, services)
 
 
@@ -177,11 +213,13 @@ def _run_share(
     return results
 
 
-def _fetch_for(run: TaskRun, services: _WorkerServices, previous: Any | None) -> Any:
+def _fetch_for(run: TaskRun, services: _WorkerServices, previous: Any | None) -> Any | None:
     """The run's records: from the parked fetch when it stopped where this run starts (they
     are mostly local by now), else from a new fetch."""
     from statekeeper.kafka.range_reader import RangeFetch
 
+    if not run.ranges:  # a commit-only run (the app is stopping) reads nothing
+        return previous
     if previous is not None:
         if previous.continue_with(run.ranges):
             return previous
@@ -248,9 +286,10 @@ def _run_open_tasks(
         services.outputs.flush(settings.broker_timeout_s * 2)
         commit_together(
             [
-                (task.state, run.batch_id, result.committed_offsets)
-                for run, task, result, _ in done
-                if not result.committed  # a re-run of a committed batch has nothing to commit
+                (task.state, *pending)
+                for run, task, _, _ in done
+                if _commit_now(run, task.state, settings)
+                and (pending := task.state.pending_commit()) is not None
             ]
         )
         commit_s = time.perf_counter() - t0
@@ -262,7 +301,9 @@ def _run_open_tasks(
     outcomes, open_s = opened if opened else ([], 0.0)
     for _run, task, result, started in done:
         state = task.state
-        result.committed = True
+        result.committed = not state.has_uncommitted
+        result.committed_batch_id = state.last_batch_id
+        result.committed_offsets = state.committed_offsets
         result.warm = opened is None
         result.worker_pid = os.getpid()
         result.restored = [_restore_report(o) for o in outcomes]
@@ -278,35 +319,43 @@ def _run_open_tasks(
     return results
 
 
+def _commit_now(run: TaskRun, state: Any, settings: StatekeeperSettings) -> bool:
+    return run.force_commit or state.commit_due(
+        settings.commit_interval_ms / 1000, settings.max_uncommitted_batches
+    )
+
+
+def _offsets_after(processed: dict[str, int], ranges: tuple[OffsetRange, ...]) -> dict[str, int]:
+    offsets = dict(processed)
+    for r in ranges:
+        key = tp_key(r.topic, r.partition)
+        offsets[key] = max(offsets.get(key, 0), r.end)
+    return offsets
+
+
 def _process(
     run: TaskRun, topology: Any, services: _WorkerServices, state: Any, fetch: Any
 ) -> TaskRunResult:
-    """Skip what the state already holds and process the rest; the caller commits."""
-    from statekeeper.runtime.task import StreamTask
-
-    settings = services.settings
+    """Replay the backlog the state is missing, skip what it already holds and process the
+    rest; the caller decides whether to commit."""
     result = TaskRunResult(run.task_id, run.batch_id, committed=False)
+    result.records_replayed = _replay_backlog(run, topology, services, state)
     processed = state.processed_offsets
-    committed_offsets = dict(processed)
-    for r in run.ranges:
-        key = tp_key(r.topic, r.partition)
-        committed_offsets[key] = max(committed_offsets.get(key, 0), r.end)
-    result.committed_offsets = committed_offsets
+    _check_no_gap(run, processed)
     if all(processed.get(tp_key(r.topic, r.partition), 0) >= r.end for r in run.ranges):
-        # A re-run of a batch this task already committed: nothing to read or commit.
+        # A re-run of a batch this task already holds: nothing to read.
         result.records_skipped = sum(r.count for r in run.ranges)
-        result.committed = True
         return result
     timings = result.seconds
     t0 = time.perf_counter()
     records = fetch.read_runs()
     timings["read"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    task = StreamTask(
-        topology, run.subtopology, run.partition, state, services.outputs, settings.application_id
-    )
     # Records below the processed offsets (a partly committed re-run) are skipped here.
-    batch = task.process_batch(run.batch_id, run.batch_time_ms, records)
+    batch = _stream_task(run, topology, services, state).process_batch(
+        run.batch_id, run.batch_time_ms, records
+    )
+    state.mark_processed(run.batch_id, _offsets_after(processed, run.ranges))
     timings["process"] = time.perf_counter() - t0
     result.records_read = batch.records_read
     result.records_processed = batch.records_processed
@@ -315,6 +364,68 @@ def _process(
     result.records_dlq = batch.records_dlq
     result.records_output = batch.records_output
     return result
+
+
+def _stream_task(run: TaskRun, topology: Any, services: _WorkerServices, state: Any) -> Any:
+    from statekeeper.runtime.task import StreamTask
+
+    return StreamTask(
+        topology,
+        run.subtopology,
+        run.partition,
+        state,
+        services.outputs,
+        services.settings.application_id,
+    )
+
+
+def _replay_backlog(run: TaskRun, topology: Any, services: _WorkerServices, state: Any) -> int:
+    """Re-run, oldest first, the backlog batches holding records past the state's processed
+    offsets (its worker died, or handed the task over, before committing them). Each runs
+    with its own batch id, time and ranges, so it rewrites the same state and re-emits its
+    outputs with the same dedupe ids (DESIGN.md invariant 2). Returns records processed."""
+    from statekeeper.kafka.range_reader import read_range_runs
+
+    replayed = 0
+    for past in sorted(run.backlog, key=lambda b: b.batch_id):
+        processed = state.processed_offsets
+        behind = [
+            r
+            for r in past.ranges
+            if (done := processed.get(tp_key(r.topic, r.partition))) is not None and done < r.end
+        ]
+        if not behind:
+            continue
+        records = read_range_runs(
+            services.consumer_conf, past.ranges, services.settings.broker_timeout_s
+        )
+        batch = _stream_task(run, topology, services, state).process_batch(
+            past.batch_id, past.batch_time_ms, records
+        )
+        state.mark_processed(past.batch_id, _offsets_after(processed, past.ranges))
+        replayed += batch.records_processed
+    if replayed:
+        log.warning(
+            "task %s: replayed %d record(s) of uncommitted batches before batch %d",
+            run.task_id,
+            replayed,
+            run.batch_id,
+        )
+    return replayed
+
+
+def _check_no_gap(run: TaskRun, processed: dict[str, int]) -> None:
+    """A state whose processed offsets stop short of this batch's ranges would silently
+    skip records: only a backlog that no longer reaches back far enough leads here."""
+    for r in run.ranges:
+        done = processed.get(tp_key(r.topic, r.partition))
+        if done is not None and done < r.start:
+            raise StatekeeperError(
+                f"task {run.task_id}: its state ends at offset {done} of "
+                f"{r.topic}[{r.partition}] but batch {run.batch_id} starts at {r.start}, and "
+                "the batches between are not in the backlog (were max_uncommitted_batches or "
+                "spark.sql.streaming.minBatchesToRetain lowered, or the checkpoint deleted?)"
+            )
 
 
 def _restore_report(outcome: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,11 @@ class TaskStateManager:
         self._lock = TaskLock(task_dir, lock_timeout_s)
         self._slots: dict[str, _StoreSlot] = {}
         self._metadata = StoreMetadata()
+        # Processed but not yet committed (a commit interval spans micro-batches): the last
+        # such batch id and source offsets, how many batches, and when the last commit was.
+        self._processed: StoreMetadata | None = None
+        self.uncommitted_batches = 0
+        self.last_commit_monotonic = time.monotonic()
         self.restore_outcomes: list[RestoreOutcome] = []
         self._broken = False
 
@@ -95,6 +101,8 @@ class TaskStateManager:
             for slot in self._slots.values():
                 slot.store.finish_restore()
             self._metadata = self._agreed_metadata()
+            self._processed, self.uncommitted_batches = None, 0
+            self.last_commit_monotonic = time.monotonic()
             self._write_checkpoint()
         except BaseException:
             self._close_stores()
@@ -216,12 +224,53 @@ class TaskStateManager:
 
     @property
     def last_batch_id(self) -> int | None:
+        """The last committed batch."""
         return self._metadata.batch_id
 
     @property
+    def processed_batch_id(self) -> int | None:
+        """The last batch the stores hold, committed or not."""
+        return (self._processed or self._metadata).batch_id
+
+    @property
     def processed_offsets(self) -> dict[str, int]:
-        """Next source offset to process per ``topic:partition`` (skip anything below)."""
+        """Next source offset to process per ``topic:partition`` (skip anything below),
+        uncommitted batches included: the stores hold their writes."""
+        return dict((self._processed or self._metadata).source_offsets)
+
+    @property
+    def committed_offsets(self) -> dict[str, int]:
+        """Next source offset per ``topic:partition`` as of the last commit."""
         return dict(self._metadata.source_offsets)
+
+    @property
+    def has_uncommitted(self) -> bool:
+        return self._processed is not None
+
+    def mark_processed(self, batch_id: int, source_offsets: dict[str, int]) -> None:
+        """Record that the stores now hold batch ``batch_id`` (committed by a later
+        :func:`commit_together` with :meth:`pending_commit`)."""
+        self._processed = StoreMetadata(None, batch_id, dict(source_offsets))
+        self.uncommitted_batches += 1
+
+    def pending_commit(self) -> tuple[int, dict[str, int]] | None:
+        """``(batch_id, source_offsets)`` to commit, or None when nothing is uncommitted."""
+        if self._processed is None or self._processed.batch_id is None:
+            return None
+        return self._processed.batch_id, dict(self._processed.source_offsets)
+
+    def commit_due(self, interval_s: float, max_batches: int) -> bool:
+        """Whether the uncommitted batches should be committed now: the interval passed,
+        ``max_batches`` are uncommitted, or the task never committed (its first batch has no
+        logged start offsets to replay from), nor for some input partition it now reads."""
+        if self._processed is None:
+            return False
+        return (
+            self._metadata.batch_id is None
+            or not self._processed.source_offsets.keys() <= self._metadata.source_offsets.keys()
+            or self.uncommitted_batches >= max_batches
+            or time.monotonic() - self.last_commit_monotonic >= interval_s
+        )
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -261,6 +310,8 @@ class TaskStateManager:
             slot.store.commit(StoreMetadata(offset, batch_id, dict(source_offsets)))
         self._hook("stores_committed", batch_id)
         self._metadata = StoreMetadata(None, batch_id, dict(source_offsets))
+        self._processed, self.uncommitted_batches = None, 0  # every staged write is in
+        self.last_commit_monotonic = time.monotonic()
         self._write_checkpoint()
 
     def _write_checkpoint(self) -> None:
@@ -295,6 +346,13 @@ class TaskStateManager:
 
     def close(self) -> None:
         """Close stores (uncommitted writes are dropped) and release the task lock."""
+        if self._processed is not None:
+            log.info(
+                "task %s: closed with %d uncommitted batch(es); its next open replays them",
+                self.task_id,
+                self.uncommitted_batches,
+            )
+            self._processed, self.uncommitted_batches = None, 0
         self._close_stores()
         self._lock.release()
 
