@@ -2,7 +2,9 @@
 
 One run produces the data once to an embedded broker and pushes it, one contender after
 the other, through:
-  statekeeper        StatekeeperApp (offset ranges through Spark, tasks read Kafka + RocksDB)
+  statekeeper        StatekeeperApp (offset ranges through Spark, tasks read Kafka + RocksDB),
+                     default settings (a task commits every 5 s, not every micro-batch)
+  statekeeper_commit_every_batch  the same committing every micro-batch (commit_interval_ms=0)
   statekeeper_in_memory  the same with the in-memory store (+ changelog)
   tws_pandas         transformWithStateInPandas, a per-key ValueState count (RocksDB provider)
   apply_in_pandas    applyInPandasWithState, a per-key count
@@ -494,7 +496,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma list of: sk,sk-memory,jvm,jvm-rocksdb,large,tws,apply",
+        help="comma list of: sk,sk-every,sk-memory,jvm,jvm-rocksdb,large,tws,apply",
     )
     parser.add_argument(
         "--no-warmup",

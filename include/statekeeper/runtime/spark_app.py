@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from statekeeper.errors import StatekeeperError
+from statekeeper.errors import ConfigError, StatekeeperError
 from statekeeper.kafka.model import OffsetRange
 from statekeeper.runtime.app_topics import TopicPlan, prepare_topics
 from statekeeper.runtime.lifecycle import AppState, AppStateMachine, StateListener
@@ -254,6 +254,13 @@ class StatekeeperApp:
 
     def _start_query(self, spark: Any) -> Any:
         s = self.settings
+        retained = int(spark.conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
+        if retained <= s.max_uncommitted_batches:
+            # A restarted driver reads the batches tasks may still have to replay from there.
+            raise ConfigError(
+                f"max_uncommitted_batches ({s.max_uncommitted_batches}) must be below Spark's "
+                f"spark.sql.streaming.minBatchesToRetain ({retained})"
+            )
         topics = sorted(self._plan.partitions)  # type: ignore[union-attr]
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         ranges = (
