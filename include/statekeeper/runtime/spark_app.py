@@ -4,7 +4,9 @@ Spark plans offset ranges (not rows) through the ``statekeeper_kafka_ranges`` so
 ``foreachBatch`` the driver takes the batch's ranges from Spark's offset log, groups them
 into tasks (one per subtopology and partition) and runs them on the executors, one Spark
 task per core, where each task reads its ranges from Kafka, processes them against its
-stores and commits (see :mod:`statekeeper.runtime.task_runner`).
+stores and commits every ``commit_interval_ms`` (see :mod:`statekeeper.runtime.task_runner`).
+The driver keeps the recent batches' ranges so a task that lost uncommitted batches
+replays them.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """Runs a Spark task's share of a micro-batch on an executor (DESIGN.md R3).
 
-Per stream task: lock → open stores (restore if needed) → skip processed offsets → read
-the task's offset ranges from Kafka → process → flush outputs → commit (changelog, markers,
-stores) → return metrics. The task reads its ranges itself (R2): Spark carries only offsets.
-After its commit the task stays open in this worker with its lock held (parked, see
-:mod:`statekeeper.runtime.parked_tasks`): its next batch here skips lock, open and restore,
-and its consumer has read ahead. The parked tasks a worker runs in one batch commit
-together (one wait for their records, one marker round trip). A failed task is closed and
-unlocked instead.
+Per stream task: lock → open stores (restore if needed) → replay uncommitted backlog
+batches the state lost → skip processed offsets → read the task's offset ranges from Kafka
+→ process → flush outputs → commit (changelog, markers, stores) when the commit interval is
+due → return metrics. The task reads its ranges itself (R2): Spark carries only offsets.
+Afterwards the task stays open in this worker with its lock held (parked, see
+:mod:`statekeeper.runtime.parked_tasks`), holding any uncommitted batches: its next batch
+here skips lock, open and restore, and its consumer has read ahead. The parked tasks a
+worker runs in one batch commit together (one wait for their records, one marker round
+trip). A failed task is closed and unlocked instead; its uncommitted batches are replayed.
 """
 
 from __future__ import annotations
