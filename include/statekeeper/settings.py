@@ -49,13 +49,15 @@ class StatekeeperSettings(BaseSettings):
         "task",
     )
     commit_interval_ms: int = Field(
-        5_000,
+        0,
         ge=0,
         description="How often a task commits (Kafka Streams' commit.interval.ms): changelog "
-        "markers and store writes. Between commits a task's state lives in its Spark worker "
-        "and a key updated in many micro-batches is written once; after a crash the task "
-        "replays its uncommitted micro-batches from Spark's offset log, so state and output "
-        "dedupe ids stay exact. 0 commits every micro-batch",
+        "markers and store writes. 0 (the default) commits every micro-batch. Above it, a "
+        "task's state lives in its Spark worker between commits and a key updated in many "
+        "micro-batches is written to RocksDB once; after a crash the task replays its "
+        "uncommitted micro-batches from Spark's offset log, so state and output dedupe ids "
+        "stay exact. Measured here: 5000 saved ~10% of task CPU in process and was faster at "
+        "250k-record batches, but slower on Spark at 50k-record batches (README)",
     )
     max_uncommitted_batches: int = Field(
         20,
