@@ -28,6 +28,7 @@ from statekeeper.runtime.lifecycle import AppState, AppStateMachine, StateListen
 from statekeeper.runtime.restore_progress import read_restore_progress
 from statekeeper.runtime.spark_checkpoint import (
     batch_timestamp_ms,
+    last_committed_batch,
     last_committed_offsets,
     logged_batch_ranges,
 )
@@ -143,6 +144,7 @@ class StatekeeperApp:
             self._start_status()
             self._plan = self._prepare()
             spark = self._spark()
+            self._replay_lost_batches(spark)
             self._query = query = self._start_query(spark)
             self._supervise(query, stop_when_idle, idle_s)
             self._commit_held_batches(spark)
@@ -417,6 +419,17 @@ class StatekeeperApp:
             if since < past < batch_id and tid in by_task
         )
 
+    def _replay_lost_batches(self, spark: Any) -> None:
+        """At start, before the query: a killed app's workers took the batches its tasks held
+        uncommitted with them, and Spark will not run those batches again. Every task with
+        input in the last batches replays and commits them now, not when (or if) its
+        partitions next get input."""
+        last = last_committed_batch(self.checkpoint)
+        if last is None:
+            return
+        self._seed_history(last + 1)
+        self._commit_held_batches(spark)
+
     def _commit_held_batches(self, spark: Any) -> None:
         """A stop ends with every task committed: tasks that still hold uncommitted batches
         (a commit interval spans batches) commit them now, in the worker holding them, or in
@@ -435,7 +448,7 @@ class StatekeeperApp:
         results = self._execute(spark, runs)
         self._note_committed(results)
         log.info(
-            "stop: %d task(s) committed their held batches in %.2fs",
+            "%d task(s) committed the batches they held or had lost in %.2fs",
             len(results),
             time.perf_counter() - started,
         )

@@ -38,6 +38,14 @@ def batch_timestamp_ms(checkpoint: Path, batch_id: int) -> int:
         ) from exc
 
 
+def last_committed_batch(checkpoint: Path) -> int | None:
+    """The newest batch id in Spark's commit log, if any."""
+    commits = checkpoint / "commits"
+    if not commits.is_dir():
+        return None
+    return max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=None)
+
+
 def last_committed_offsets(checkpoint: Path) -> dict[str, Any] | None:
     """The first source's end offsets (parsed JSON) of the newest committed batch, if any."""
     commits = checkpoint / "commits"

@@ -342,7 +342,7 @@ def _process(
     result = TaskRunResult(run.task_id, run.batch_id, committed=False)
     result.records_replayed = _replay_backlog(run, topology, services, state)
     processed = state.processed_offsets
-    _check_no_gap(run, processed)
+    _check_no_gap(run.batch_id, run.task_id, run.ranges, processed)
     if all(processed.get(tp_key(r.topic, r.partition), 0) >= r.end for r in run.ranges):
         # A re-run of a batch this task already holds: nothing to read.
         result.records_skipped = sum(r.count for r in run.ranges)
@@ -397,6 +397,7 @@ def _replay_backlog(run: TaskRun, topology: Any, services: _WorkerServices, stat
         ]
         if not behind:
             continue
+        _check_no_gap(past.batch_id, run.task_id, past.ranges, processed)
         records = read_range_runs(
             services.consumer_conf, past.ranges, services.settings.broker_timeout_s
         )
@@ -415,15 +416,17 @@ def _replay_backlog(run: TaskRun, topology: Any, services: _WorkerServices, stat
     return replayed
 
 
-def _check_no_gap(run: TaskRun, processed: dict[str, int]) -> None:
-    """A state whose processed offsets stop short of this batch's ranges would silently
-    skip records: only a backlog that no longer reaches back far enough leads here."""
-    for r in run.ranges:
+def _check_no_gap(
+    batch_id: int, tid: str, ranges: tuple[OffsetRange, ...], processed: dict[str, int]
+) -> None:
+    """A state whose processed offsets stop short of a batch's ranges would silently skip
+    records: only a backlog that no longer reaches back far enough leads here."""
+    for r in ranges:
         done = processed.get(tp_key(r.topic, r.partition))
         if done is not None and done < r.start:
             raise StatekeeperError(
-                f"task {run.task_id}: its state ends at offset {done} of "
-                f"{r.topic}[{r.partition}] but batch {run.batch_id} starts at {r.start}, and "
+                f"task {tid}: its state ends at offset {done} of "
+                f"{r.topic}[{r.partition}] but batch {batch_id} starts at {r.start}, and "
                 "the batches between are not in the backlog (were max_uncommitted_batches or "
                 "spark.sql.streaming.minBatchesToRetain lowered, or the checkpoint deleted?)"
             )
