@@ -37,6 +37,10 @@ class ParkedTask:
         self.fetch = fetch
 
     @property
+    def task_id(self) -> str:
+        return str(getattr(self.state, "task_id", "?"))
+
+    @property
     def specs(self) -> list[Any]:
         return list(self.state.specs)
 

@@ -228,11 +228,6 @@ class TaskStateManager:
         return self._metadata.batch_id
 
     @property
-    def processed_batch_id(self) -> int | None:
-        """The last batch the stores hold, committed or not."""
-        return (self._processed or self._metadata).batch_id
-
-    @property
     def processed_offsets(self) -> dict[str, int]:
         """Next source offset to process per ``topic:partition`` (skip anything below),
         uncommitted batches included: the stores hold their writes."""
@@ -261,8 +256,9 @@ class TaskStateManager:
 
     def commit_due(self, interval_s: float, max_batches: int) -> bool:
         """Whether the uncommitted batches should be committed now: the interval passed,
-        ``max_batches`` are uncommitted, or the task never committed (its first batch has no
-        logged start offsets to replay from), nor for some input partition it now reads."""
+        ``max_batches`` are uncommitted, the task has never committed (its first batch has no
+        logged start offsets to replay from), or it has never committed an input partition
+        it now reads."""
         if self._processed is None:
             return False
         return (
