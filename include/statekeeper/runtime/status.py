@@ -25,6 +25,9 @@ class StatusBoard:
 
     def __init__(self, application_id: str, file: Path | None = None) -> None:
         self._lock = threading.Lock()
+        # The batch thread and the supervisor both write the file: one at a time, or one's
+        # rename finds the other's temporary file already gone.
+        self._write_lock = threading.Lock()
         self._doc: dict[str, Any] = {
             "application_id": application_id,
             "pid": os.getpid(),
@@ -65,8 +68,10 @@ class StatusBoard:
             return
         self.file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.file.with_name(self.file.name + ".tmp")
-        tmp.write_text(json.dumps(self.snapshot(), indent=2, sort_keys=True, default=str))
-        os.replace(tmp, self.file)
+        text = json.dumps(self.snapshot(), indent=2, sort_keys=True, default=str)
+        with self._write_lock:
+            tmp.write_text(text)
+            os.replace(tmp, self.file)
 
 
 class StatusServer:

@@ -119,3 +119,25 @@ def test_status_served_on_loopback_and_written_atomically(tmp_path) -> None:
         assert err.value.code == 503
     finally:
         server.stop()
+
+
+def test_status_file_writes_from_two_threads_do_not_collide(tmp_path):
+    import threading
+
+    board = StatusBoard("app", tmp_path / "status.json")
+    errors: list[BaseException] = []
+
+    def write_many() -> None:
+        try:
+            for i in range(200):
+                board.update(step=i)
+        except BaseException as exc:  # a lost rename race raised FileNotFoundError here
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write_many) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert (tmp_path / "status.json").exists()
