@@ -517,13 +517,14 @@ def parse_args() -> argparse.Namespace:
 
 
 FAST = (
-    # name, --skip flag, statekeeper store type or JVM state store provider
-    ("statekeeper", "sk", "rocksdb"),
+    # name, --skip flag, statekeeper store type or JVM state store provider, statekeeper's
+    # commit_interval_ms (None: the default, every micro-batch)
+    ("statekeeper", "sk", "rocksdb", None),
     # Commits every 5 s rather than every micro-batch (Kafka Streams' commit.interval.ms).
-    ("statekeeper_commit_interval", "sk-interval", "rocksdb"),
-    ("statekeeper_in_memory", "sk-memory", "in_memory"),
-    ("jvm_count", "jvm", None),
-    ("jvm_count_rocksdb", "jvm-rocksdb", ROCKSDB_PROVIDER),
+    ("statekeeper_commit_interval", "sk-interval", "rocksdb", 5_000),
+    ("statekeeper_in_memory", "sk-memory", "in_memory", None),
+    ("jvm_count", "jvm", None, None),
+    ("jvm_count_rocksdb", "jvm-rocksdb", ROCKSDB_PROVIDER, None),
 )
 
 
@@ -542,13 +543,19 @@ def run_fast(
     batch size; with ``split`` they share what is left of the budget equally."""
     todo = [c for c in FAST if c[1] not in skip]
     out: dict[str, dict[str, Any]] = {}
-    for i, (name, _, kind) in enumerate(todo):
+    for i, (name, _, kind, commit_interval_ms) in enumerate(todo):
         limits = opts(1.0 / (len(todo) - i)) if split else opts()
         path = work / name
         if name.startswith("statekeeper"):
-            interval = {"commit_interval_ms": 5_000} if name.endswith("interval") else {}
             out[name] = run_statekeeper(
-                bootstrap, TOPIC, batch, records, path, store_type=kind, **interval, **limits
+                bootstrap,
+                TOPIC,
+                batch,
+                records,
+                path,
+                store_type=kind,
+                commit_interval_ms=commit_interval_ms,
+                **limits,
             )
         else:
             frame = kafka_frame(spark, bootstrap, TOPIC, batch)
@@ -630,7 +637,7 @@ def run_contenders(
             timeout_s=60.0,
         )
         jvm_runs = [c for c in FAST if c[0].startswith("jvm") and c[1] not in skip]
-        for _, _, provider in jvm_runs:
+        for _, _, provider, _ in jvm_runs:
             run_peer(
                 spark,
                 "jvm_count_warmup",
@@ -764,7 +771,7 @@ def main() -> None:
         all_complete=all(c["complete"] for c in contenders.values()),
         state_checks_ok=all(
             c.get("state_total") == c["records"]
-            for c in [*contenders.values(), *(large.get(name, {}) for name, _, _ in FAST)]
+            for c in [*contenders.values(), *(large.get(name, {}) for name, *_ in FAST)]
             if c
         ),
         large_batch=large,

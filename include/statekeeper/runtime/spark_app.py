@@ -438,7 +438,16 @@ class StatekeeperApp:
             return
         last = max(self._history)
         runs = [
-            TaskRun(tid, sub, partition, (), last, self._history[last][0], backlog, True)
+            TaskRun(
+                tid,
+                sub,
+                partition,
+                ranges=(),
+                batch_id=last,
+                batch_time_ms=self._history[last][0],
+                backlog=backlog,
+                force_commit=True,
+            )
             for tid, (sub, partition) in sorted(self._task_keys.items())
             if (backlog := self._backlog(tid, last + 1))
         ]

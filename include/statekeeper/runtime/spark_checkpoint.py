@@ -38,21 +38,23 @@ def batch_timestamp_ms(checkpoint: Path, batch_id: int) -> int:
         ) from exc
 
 
-def last_committed_batch(checkpoint: Path) -> int | None:
-    """The newest batch id in Spark's commit log, if any."""
+def _committed_batches(checkpoint: Path) -> list[int]:
+    """Batch ids in Spark's commit log, newest first."""
     commits = checkpoint / "commits"
     if not commits.is_dir():
-        return None
-    return max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=None)
+        return []
+    return sorted((int(p.name) for p in commits.iterdir() if p.name.isdigit()), reverse=True)
+
+
+def last_committed_batch(checkpoint: Path) -> int | None:
+    """The newest batch id in Spark's commit log, if any."""
+    done = _committed_batches(checkpoint)
+    return done[0] if done else None
 
 
 def last_committed_offsets(checkpoint: Path) -> dict[str, Any] | None:
     """The first source's end offsets (parsed JSON) of the newest committed batch, if any."""
-    commits = checkpoint / "commits"
-    if not commits.is_dir():
-        return None
-    done = sorted((int(p.name) for p in commits.iterdir() if p.name.isdigit()), reverse=True)
-    for batch_id in done:
+    for batch_id in _committed_batches(checkpoint):
         lines = _offset_log(checkpoint, batch_id)
         if len(lines) >= 3 and lines[2] not in ("", "-"):
             return json.loads(lines[2])
