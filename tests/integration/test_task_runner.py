@@ -8,7 +8,6 @@ import uuid
 from collections import Counter
 from typing import Any
 
-import pytest
 from confluent_kafka import Producer
 
 from statekeeper.kafka.adapter import producer_config
@@ -19,7 +18,6 @@ from statekeeper.runtime.dsl import Materialized, StreamsBuilder
 from statekeeper.runtime.store_reader import read_store
 from statekeeper.runtime.task_runner import (
     TaskRun,
-    _gc_threshold,
     _services,
     run_share,
     settings_to_json,
@@ -93,17 +91,3 @@ def test_parked_tasks_run_once_per_pass_in_the_worker_that_holds_them(
     counts = read_store(settings, topology, "counts", PARTITIONS)
     assert counts == dict(expected)
     assert len(_services(settings_json).parked) == 0
-
-
-def test_tasks_run_with_a_raised_gc_threshold_that_is_put_back():
-    import gc
-
-    before = gc.get_threshold()
-    with _gc_threshold(12_345):
-        assert gc.get_threshold() == (12_345, *before[1:])
-    assert gc.get_threshold() == before
-    with _gc_threshold(0):
-        assert gc.get_threshold() == before
-    with pytest.raises(RuntimeError), _gc_threshold(12_345):
-        raise RuntimeError("a failed task")
-    assert gc.get_threshold() == before

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import threading
-from operator import itemgetter
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from statekeeper.changelog.records import MARKER_KEY, CommitMarker
 from statekeeper.errors import ProduceError
-from statekeeper.stores.base import payload_bytes
-
-_first, _second = itemgetter(0), itemgetter(1)
 
 
 class ChangelogWriter:
@@ -40,7 +36,6 @@ class ChangelogWriter:
         self._errors: list[str] = []
         self._marker_offsets: dict[tuple[str, int], int] = {}
         self.records_sent = 0
-        self.bytes_sent = 0
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
@@ -74,8 +69,6 @@ class ChangelogWriter:
         except KafkaException as exc:
             raise ProduceError(f"cannot produce to {topic}[{partition}]: {exc}") from exc
         self.records_sent += len(items)
-        # Summed after the loop, not per record inside it.
-        self.bytes_sent += payload_bytes(map(_first, items), map(_second, items))
 
     def flush(self, timeout_s: float) -> None:
         """Wait for all outstanding deliveries; raise if any failed or timed out."""

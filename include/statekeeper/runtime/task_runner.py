@@ -13,15 +13,12 @@ trip). A failed task is closed and unlocked instead; its uncommitted batches are
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -143,24 +140,22 @@ def run_share(
     whose share holds it. Skipping a claimed task is safe because a claim is written by the
     lock holder, which runs the task before letting the lock go.
     """
+    from statekeeper.runtime.worker_gc import (
+        frozen_after_share,
+        in_spark_task,
+        raised_gc_threshold,
+    )
+
     services = _services(settings_json)
-    # Held while this worker runs tasks: the parked-task watcher commits a task it hands
-    # over only while the worker is idle (see ParkedTasks).
-    with services.busy, _gc_threshold(services.settings.worker_gc_threshold):
+    settings = services.settings
+    # ``busy`` is held while this worker runs tasks: the parked-task watcher commits a task
+    # it hands over only while the worker is idle (see ParkedTasks).
+    with (
+        frozen_after_share(settings.worker_full_gc_every, in_spark_worker=in_spark_task()),
+        services.busy,
+        raised_gc_threshold(settings.worker_gc_threshold),
+    ):
         return _run_share(index, shares, job, topology, services)
-
-
-@contextlib.contextmanager
-def _gc_threshold(threshold: int) -> Iterator[None]:
-    """Python's generation-0 GC threshold raised while our tasks run (0: unchanged), and put
-    back after: the worker process is Spark's and runs other Python code too."""
-    before = gc.get_threshold()
-    if threshold:
-        gc.set_threshold(threshold, *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 def _run_share(
