@@ -66,6 +66,43 @@ def say(message: str) -> None:
 # -- data ------------------------------------------------------------------------------------
 
 
+#: Before each contender: wait (at most SETTLE_MAX_S) until the machine's CPUs were busy
+#: less than SETTLE_BUSY_CORES cores over a SETTLE_WINDOW_S window. The JVM's JIT compiler
+#: keeps compiling what the previous contender made hot for seconds after it stops (~0.1 s
+#: of CPU per statekeeper batch measured right after the JVM warm-up), which would bill one
+#: contender for another's compilation.
+SETTLE_BUSY_CORES = 0.15
+SETTLE_WINDOW_S = 0.5
+SETTLE_MAX_S = 20.0
+
+
+def _busy_jiffies() -> tuple[int, int] | None:
+    """(busy, total) CPU jiffies of the whole machine, from /proc/stat (None elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def settle() -> float:
+    """Wait until the machine is quiet (see SETTLE_BUSY_CORES); return the seconds waited."""
+    started = time.perf_counter()
+    cores = os.cpu_count() or 1
+    while time.perf_counter() - started < SETTLE_MAX_S:
+        before = _busy_jiffies()
+        time.sleep(SETTLE_WINDOW_S)
+        after = _busy_jiffies()
+        if before is None or after is None:
+            break
+        busy, total = after[0] - before[0], after[1] - before[1]
+        if total <= 0 or busy / total * cores < SETTLE_BUSY_CORES:
+            break
+    return round(time.perf_counter() - started, 2)
+
+
 def key_ids(records: int, keys: int, seed: int = 7) -> Any:
     """Uniformly random keys, record i on partition i % 4 and key % 4 == partition, so every
     partition holds exactly records/4 records and a key always lands on one partition."""
@@ -297,6 +334,7 @@ def run_peer(
         spark.conf.set(conf_key, provider)
     else:
         spark.conf.unset(conf_key)
+    settled_s = settle()
     say(f"{name}: starting ({expected} records)")
     load_before = os.getloadavg()[0]
     started = time.time()
@@ -326,6 +364,7 @@ def run_peer(
         spark.conf.unset(conf_key)
     result = summarise(progress_batches(query.recentProgress), started, expected)
     result["load_avg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    result["settle_s"] = settled_s
     result["state_store_provider"] = (provider or "HDFSBackedStateStoreProvider").rsplit(".")[-1]
     if error:
         result["error"] = error
@@ -396,6 +435,7 @@ def run_statekeeper(
     )
     topology = count_topology(topic, store_type)
     app = StatekeeperApp(topology, settings)
+    settled_s = settle()
     say(f"statekeeper: starting, {batch}-record batches ({expected} records)")
     watchdog = threading.Timer(timeout_s, app.stop)
     watchdog.daemon = True
@@ -427,6 +467,7 @@ def run_statekeeper(
         b["tasks"] - b["warm_tasks"] for b in app.batches[1:]
     )
     result["load_avg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    result["settle_s"] = settled_s
     result["latency_source"] = (
         "spark triggerExecution" if len(spark_batches) >= len(app.batches) else "app foreachBatch"
     )
