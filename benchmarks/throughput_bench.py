@@ -530,7 +530,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=540.0,
+        default=600.0,
         help="wall-clock budget; the slow peers stop early (reported incomplete) to keep it",
     )
     parser.add_argument("--timeout-s", type=float, default=180.0, help="cap per contender")
@@ -561,12 +561,16 @@ FAST = (
     # name, --skip flag, statekeeper store type or JVM state store provider, statekeeper's
     # commit_interval_ms (None: the default, every micro-batch)
     ("statekeeper", "sk", "rocksdb", None),
+    ("jvm_count", "jvm", None, None),
     # Commits every 5 s rather than every micro-batch (Kafka Streams' commit.interval.ms).
     ("statekeeper_commit_interval", "sk-interval", "rocksdb", 5_000),
     ("statekeeper_in_memory", "sk-memory", "in_memory", None),
-    ("jvm_count", "jvm", None, None),
     ("jvm_count_rocksdb", "jvm-rocksdb", ROCKSDB_PROVIDER, None),
 )
+#: The main pair (the first two of FAST) runs a second time in mirrored order at the end
+#: (A B ... B A): the speed of this VM drifts by up to ~25 % within minutes (measured), and
+#: a mirrored order keeps a steady drift from favouring either.
+ROUND2 = "_round2"
 
 
 def run_fast(
@@ -579,10 +583,15 @@ def run_fast(
     opts: Callable[..., dict[str, Any]],
     *,
     split: bool = False,
+    mirrored: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Statekeeper on each store kind and the JVM count on each state store provider, at one
-    batch size; with ``split`` they share what is left of the budget equally."""
+    batch size; with ``split`` they share what is left of the budget equally, with
+    ``mirrored`` the main pair runs again at the end in reverse order (see ROUND2)."""
     todo = [c for c in FAST if c[1] not in skip]
+    if mirrored:
+        pair = [c for c in FAST[:2] if c[1] not in skip]
+        todo += [(name + ROUND2, *rest) for name, *rest in reversed(pair)]
     out: dict[str, dict[str, Any]] = {}
     for i, (name, _, kind, commit_interval_ms) in enumerate(todo):
         limits = opts(1.0 / (len(todo) - i)) if split else opts()
@@ -607,33 +616,54 @@ def run_fast(
     return out
 
 
+def pooled_steady_rps(*runs: dict[str, Any] | None) -> int | None:
+    """The steady rate of several runs of one contender taken together: all their records
+    after each run's first batch over all their seconds."""
+    records = seconds = 0.0
+    for run in runs:
+        if run:
+            records += sum(run["batch_records"][1:])
+            seconds += sum(run["batch_seconds"][1:])
+    return round(records / seconds) if seconds else None
+
+
 def fast_ratios(c: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Rates and ratios of :func:`run_fast`'s contenders: statekeeper's default store against
     Spark's default, and like for like by store kind (both in memory with a durable log, both
-    on RocksDB)."""
+    on RocksDB). The main pair's rates pool both mirrored rounds when there are two."""
 
     def get(name: str, key: str = "steady_rps") -> Any:
         return c.get(name, {}).get(key)
 
     sk, jvm = "statekeeper", "jvm_count"
-    return {
-        "statekeeper_rps": get(sk),
+    sk_rps = pooled_steady_rps(c.get(sk), c.get(sk + ROUND2))
+    jvm_rps = pooled_steady_rps(c.get(jvm), c.get(jvm + ROUND2))
+    out = {
+        "statekeeper_rps": sk_rps,
         "statekeeper_commit_interval_rps": get("statekeeper_commit_interval"),
         "statekeeper_in_memory_rps": get("statekeeper_in_memory"),
-        "jvm_count_rps": get(jvm),
+        "jvm_count_rps": jvm_rps,
         "jvm_count_rocksdb_rps": get("jvm_count_rocksdb"),
         "statekeeper_from_start_rps": get(sk, "from_start_rps"),
         "jvm_count_from_start_rps": get(jvm, "from_start_rps"),
         "statekeeper_p50_batch_latency_s": get(sk, "p50_batch_latency_s"),
-        "statekeeper_vs_jvm": ratio(get(sk), get(jvm)),
+        "statekeeper_vs_jvm": ratio(sk_rps, jvm_rps),
         "statekeeper_vs_jvm_last5": ratio(get(sk, "last5_rps"), get(jvm, "last5_rps")),
         "statekeeper_vs_jvm_from_start": ratio(
             get(sk, "from_start_rps"), get(jvm, "from_start_rps")
         ),
-        "statekeeper_commit_interval_vs_jvm": ratio(get("statekeeper_commit_interval"), get(jvm)),
-        "statekeeper_in_memory_vs_jvm": ratio(get("statekeeper_in_memory"), get(jvm)),
-        "statekeeper_vs_jvm_rocksdb": ratio(get(sk), get("jvm_count_rocksdb")),
+        "statekeeper_commit_interval_vs_jvm": ratio(get("statekeeper_commit_interval"), jvm_rps),
+        "statekeeper_in_memory_vs_jvm": ratio(get("statekeeper_in_memory"), jvm_rps),
+        "statekeeper_vs_jvm_rocksdb": ratio(sk_rps, get("jvm_count_rocksdb")),
     }
+    if sk + ROUND2 in c or jvm + ROUND2 in c:
+        out["statekeeper_rounds_rps"] = [get(sk), get(sk + ROUND2)]
+        out["jvm_count_rounds_rps"] = [get(jvm), get(jvm + ROUND2)]
+        out["statekeeper_vs_jvm_rounds"] = [
+            ratio(get(sk), get(jvm)),
+            ratio(get(sk + ROUND2), get(jvm + ROUND2)),
+        ]
+    return out
 
 
 def run_contenders(
@@ -703,7 +733,9 @@ def run_contenders(
     results: dict[str, dict[str, Any]] = {}
     large: dict[str, Any] = {"batch_records": args.large_batch}
     n, prefix = args.records, args.prefix_records
-    results.update(run_fast(spark, bootstrap, args.batch, n, work / "main", skip, opts))
+    results.update(
+        run_fast(spark, bootstrap, args.batch, n, work / "main", skip, opts, mirrored=True)
+    )
     reserve = LARGE_RESERVE_S if run_large else 0.0
     if "tws" not in skip:
         # transformWithStateInPandas is the slowest (~1.7k rows/s): 60 % of what is left.
@@ -791,8 +823,8 @@ def main() -> None:
     def get(name: str, key: str) -> Any:
         return contenders.get(name, {}).get(key)
 
-    sk_rps, raw_rps = get("statekeeper", "steady_rps"), result["raw_consume_rps"]
     result.update(fast_ratios(contenders))
+    sk_rps, raw_rps = result["statekeeper_rps"], result["raw_consume_rps"]
     result.update(
         tws_pandas_rps=get("tws_pandas", "steady_rps"),
         apply_in_pandas_rps=get("apply_in_pandas", "steady_rps"),

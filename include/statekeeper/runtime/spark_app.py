@@ -92,6 +92,7 @@ class StatekeeperApp:
         self._plan: TopicPlan | None = None
         self._positions: dict[tuple[str, int], int] = {}
         self._ends: dict[tuple[str, int], int] = {}
+        self._end_reader: Any = None  # a LogEndReader, kept: the lag refresh runs every 2 s
         self._batch_seconds: list[float] = []
         self._totals: dict[str, int] = defaultdict(int)
         self._last_batch_end = 0.0
@@ -157,6 +158,9 @@ class StatekeeperApp:
         finally:
             if self._server is not None:
                 self._server.stop()
+            if self._end_reader is not None:
+                self._end_reader.close()
+                self._end_reader = None
         self.machine.transition(AppState.NOT_RUNNING)
         self.board.write_file()
 
@@ -320,11 +324,13 @@ class StatekeeperApp:
 
     def _refresh_ends(self) -> None:
         from statekeeper.kafka.adapter import consumer_config
-        from statekeeper.kafka.offsets import log_end_offsets
+        from statekeeper.kafka.offsets import LogEndReader
 
+        if self._end_reader is None:  # one consumer for every refresh, not one per refresh
+            conf = consumer_config(self.settings.bootstrap_servers, group_id=f"{self.app_id}-lag")
+            self._end_reader = LogEndReader(conf, self.settings.broker_timeout_s)
         tps = [(t, p) for t, n in self._plan.partitions.items() for p in range(n)]  # type: ignore[union-attr]
-        conf = consumer_config(self.settings.bootstrap_servers, group_id=f"{self.app_id}-lag")
-        self._ends = log_end_offsets(conf, tps, self.settings.broker_timeout_s)
+        self._ends = self._end_reader.read(tps)
 
     # -- one micro-batch (driver side) --------------------------------------------------------
 
