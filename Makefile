@@ -28,7 +28,7 @@ help:
 	@echo "make lint          ruff only"
 	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery"
 	@echo "make bench-restore run the restore benchmark (prints JSON)"
-	@echo "make bench-throughput  statekeeper vs Spark stateful peers on 1M records (JSON, ~8 min)"
+	@echo "make bench-throughput  statekeeper vs Spark stateful peers on 1M records (JSON, ~10 min)"
 	@echo "make lock          recompile requirements.lock from requirements.in"
 	@echo "make clean         stop the embedded broker, remove caches and var/"
 	@echo "make distclean     clean + remove .venv"

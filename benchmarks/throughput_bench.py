@@ -531,7 +531,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=600.0,
+        default=690.0,
         help="wall-clock budget; the slow peers stop early (reported incomplete) to keep it",
     )
     parser.add_argument("--timeout-s", type=float, default=180.0, help="cap per contender")
