@@ -739,7 +739,7 @@ def run_contenders(
     )
     reserve = LARGE_RESERVE_S if run_large else 0.0
     if "tws" not in skip:
-        # transformWithStateInPandas is the slowest (~1.7k rows/s): 60 % of what is left.
+        # transformWithStateInPandas is the slowest (~0.7-0.9k rows/s): 60 % of what is left.
         results["tws_pandas"] = run_peer(
             spark,
             "tws_pandas",
