@@ -385,12 +385,10 @@ def _replay_backlog(run: TaskRun, topology: Any, services: _WorkerServices, stat
     replayed = 0
     for past in sorted(run.backlog, key=lambda b: b.batch_id):
         processed = state.processed_offsets
-        behind = [
-            r
+        if not any(
+            (done := processed.get(tp_key(r.topic, r.partition))) is not None and done < r.end
             for r in past.ranges
-            if (done := processed.get(tp_key(r.topic, r.partition))) is not None and done < r.end
-        ]
-        if not behind:
+        ):
             continue
         _check_no_gap(past.batch_id, run.task_id, past.ranges, processed)
         records = read_range_runs(
