@@ -220,7 +220,7 @@ def progress_batches(progress: list[Any]) -> list[dict[str, Any]]:
 def session_conf() -> dict[str, str]:
     """The one session every contender runs on; the statekeeper runtime's checkpoint conf
     (in-process renames for local checkpoints) applies to the JVM and pandas peers too."""
-    from statekeeper.runtime.spark_env import LOCAL_CHECKPOINT_CONF
+    from statekeeper.spark.session_env import LOCAL_CHECKPOINT_CONF
 
     return {
         "spark.ui.enabled": "false",
@@ -397,7 +397,7 @@ def state_total(spark: Any, checkpoint: Path, column: str, **options: str) -> di
 
 
 def count_topology(topic: str, store_type: str = "rocksdb") -> Any:
-    from statekeeper.runtime.dsl import Materialized, StreamsBuilder
+    from statekeeper.processing.dsl import Materialized, StreamsBuilder
 
     builder = StreamsBuilder()
     builder.stream(topic, key_serde="bytes", value_serde="bytes").group_by_key().count(
@@ -418,8 +418,8 @@ def run_statekeeper(
     store_type: str = "rocksdb",
     commit_interval_ms: int | None = None,
 ) -> dict[str, Any]:
-    from statekeeper.runtime.spark_app import StatekeeperApp
-    from statekeeper.runtime.store_reader import read_store
+    from statekeeper.app.statekeeper_app import StatekeeperApp
+    from statekeeper.app.store_reader import read_store
     from statekeeper.settings import StatekeeperSettings
 
     app_id = f"tput-{work.name}-{batch}"  # own changelogs per run (warm-up, main, large)
@@ -676,7 +676,7 @@ def run_contenders(
     skip = set(filter(None, args.skip.split(",")))
     run_large = bool(args.large_batch) and "large" not in skip
     spark = spark_session()
-    from statekeeper.runtime.kafka_source import register_sources
+    from statekeeper.spark.kafka_source import register_sources
 
     register_sources(spark)
     # Warm-up, so the first contender does not pay alone for starting the session's Python

@@ -396,7 +396,7 @@ def _cmd_generate_patient_monitoring(args: argparse.Namespace) -> int:
 
 
 def _add_app(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from statekeeper.runtime.launcher import add_run_arguments
+    from statekeeper.app.launcher import add_run_arguments
 
     app = _subcommand(commands, "app", "run stateful apps on Spark and read their status")
     sub = app.add_subparsers(title="app commands", metavar="ACTION")
@@ -410,8 +410,8 @@ def _add_app(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _cmd_app_run(args: argparse.Namespace) -> int:
     import logging
 
+    from statekeeper.app.launcher import parse_overrides, run_app
     from statekeeper.errors import ConfigError
-    from statekeeper.runtime.launcher import parse_overrides, run_app
 
     spec = args.spec_file or args.spec
     if not spec:

@@ -3,10 +3,10 @@
     spark-submit spark_apps/page_views/app.py   # needs topic page-views (key user, JSON value)
 """
 
-from statekeeper.runtime.dsl import Materialized, StreamsBuilder, Suppressed
-from statekeeper.runtime.spark_app import StatekeeperApp
+from statekeeper.app.statekeeper_app import StatekeeperApp
+from statekeeper.processing.dsl import Materialized, StreamsBuilder, Suppressed
 from statekeeper.settings import load_settings
-from statekeeper.stores.windows import TimeWindows
+from statekeeper.stores.time_windows import TimeWindows
 
 
 def build_topology(burst: int = 100):

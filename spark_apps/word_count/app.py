@@ -6,7 +6,7 @@
 import sys
 from pathlib import Path
 
-from statekeeper.runtime.launcher import main
+from statekeeper.app.launcher import main
 
 if __name__ == "__main__":
     sys.exit(main(default_spec=Path(__file__).with_name("word_count.yaml")))

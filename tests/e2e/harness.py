@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
+from statekeeper.app.spec import AppSpec, load_app_spec
 from statekeeper.demo.app_process import AppProcess, spark_app_spec
 from statekeeper.errors import StatekeeperError
-from statekeeper.runtime.app_spec import AppSpec, load_app_spec
 
 STARTED = ("RESTORING", "RUNNING")
 

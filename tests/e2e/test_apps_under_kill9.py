@@ -17,16 +17,16 @@ from collections.abc import Callable
 
 import pytest
 
+from statekeeper.app.store_reader import read_store
 from statekeeper.generate.patient_monitoring import patient_events
 from statekeeper.generate.producer import produce
 from statekeeper.generate.word_count import word_count_lines
+from statekeeper.processing.dlq import dlq_topic
+from statekeeper.processing.output_reader import read_deduped as deduped
+from statekeeper.processing.output_reader import source_positions as sources_of
 from statekeeper.recompute import patient_monitoring as pm_ref
 from statekeeper.recompute import word_count as wc_ref
 from statekeeper.recompute.reader import read_topic
-from statekeeper.runtime.dlq import dlq_topic
-from statekeeper.runtime.output_reader import read_deduped as deduped
-from statekeeper.runtime.output_reader import source_positions as sources_of
-from statekeeper.runtime.store_reader import read_store
 from tests.e2e.harness import AppUnderTest
 
 KILLS_PER_APP = int(os.environ.get("STATEKEEPER_E2E_KILLS", "10"))

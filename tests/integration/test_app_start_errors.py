@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from statekeeper.app.lifecycle import AppState
+from statekeeper.app.statekeeper_app import StatekeeperApp
 from statekeeper.apps.word_count import build_topology
 from statekeeper.errors import ConfigError
-from statekeeper.runtime.lifecycle import AppState
-from statekeeper.runtime.spark_app import StatekeeperApp
 from statekeeper.settings import load_settings
 
 

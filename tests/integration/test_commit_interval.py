@@ -14,24 +14,24 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from statekeeper.app.store_reader import read_store
+from statekeeper.app.topics import prepare_topics
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import OffsetRange
+from statekeeper.processing.dsl import Materialized, StreamsBuilder
+from statekeeper.processing.output_headers import dedupe_id
+from statekeeper.processing.output_reader import read_deduped
 from statekeeper.recompute.reader import read_topic
-from statekeeper.runtime.app_topics import prepare_topics
-from statekeeper.runtime.dsl import Materialized, StreamsBuilder
-from statekeeper.runtime.output_headers import dedupe_id
-from statekeeper.runtime.output_reader import read_deduped
-from statekeeper.runtime.store_reader import read_store
-from statekeeper.runtime.task_runner import (
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.worker.task_runner import (
     BatchSlice,
     TaskRun,
     _services,
     run_share,
     settings_to_json,
 )
-from statekeeper.settings import StatekeeperSettings
 
 PARTITIONS = 2
 PER_BATCH = 50  # records per partition and batch

@@ -14,7 +14,7 @@ from statekeeper.kafka.model import OffsetRange
 from statekeeper.kafka.offsets import log_end_offsets
 from statekeeper.kafka.partitioning import partition_for_key as murmur2_partition
 from statekeeper.kafka.range_reader import read_ranges
-from statekeeper.runtime.kafka_sink import OutputProducer
+from statekeeper.processing.output_producer import OutputProducer
 
 
 def test_keyed_records_are_partitioned_like_java_and_round_trip(

@@ -18,9 +18,9 @@ from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_end_offsets
 from statekeeper.kafka.range_reader import read_range_runs, read_ranges
-from statekeeper.runtime.dsl import Materialized, StreamsBuilder
-from statekeeper.runtime.kafka_sink import OutputProducer
-from statekeeper.runtime.task import StreamTask
+from statekeeper.processing.dsl import Materialized, StreamsBuilder
+from statekeeper.processing.output_producer import OutputProducer
+from statekeeper.processing.stream_task import StreamTask
 from statekeeper.settings import load_settings
 from statekeeper.state.environment import StateEnvironment
 

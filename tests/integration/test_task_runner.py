@@ -10,20 +10,20 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from statekeeper.app.store_reader import read_store
+from statekeeper.app.topics import prepare_topics
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import OffsetRange
-from statekeeper.runtime.app_topics import prepare_topics
-from statekeeper.runtime.dsl import Materialized, StreamsBuilder
-from statekeeper.runtime.store_reader import read_store
-from statekeeper.runtime.task_runner import (
+from statekeeper.processing.dsl import Materialized, StreamsBuilder
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.worker.task_runner import (
     TaskRun,
     _services,
     run_share,
     settings_to_json,
     spread_runs,
 )
-from statekeeper.settings import StatekeeperSettings
 
 PARTITIONS = 4
 

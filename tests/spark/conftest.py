@@ -28,7 +28,7 @@ def spark() -> Iterator[Any]:
 
     from pyspark.sql import SparkSession
 
-    from statekeeper.runtime.kafka_source import register_sources
+    from statekeeper.spark.kafka_source import register_sources
 
     session = (
         SparkSession.builder.master("local[2]")

@@ -8,14 +8,14 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from statekeeper.app.statekeeper_app import StatekeeperApp
+from statekeeper.app.store_reader import read_store
 from statekeeper.apps.word_count import build_topology
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic, make_admin
 from statekeeper.kafka.embedded import EmbeddedBroker
 from statekeeper.recompute.reader import read_topic
 from statekeeper.recompute.word_count import recompute
-from statekeeper.runtime.spark_app import StatekeeperApp
-from statekeeper.runtime.store_reader import read_store
 from statekeeper.settings import StatekeeperSettings
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]

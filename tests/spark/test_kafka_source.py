@@ -14,7 +14,7 @@ from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.embedded import EmbeddedBroker
 from statekeeper.kafka.partitioning import partition_for_key as murmur2_partition
-from statekeeper.runtime.spark_checkpoint import logged_batch_ranges
+from statekeeper.spark.checkpoint_log import logged_batch_ranges
 
 # Spark's JVM Kafka source schema (KafkaRecordToRowConverter.kafkaSchema with headers).
 JVM_KAFKA_SCHEMA = (

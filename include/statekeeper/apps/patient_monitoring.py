@@ -14,11 +14,11 @@ from __future__ import annotations
 from numbers import Real
 from typing import Any
 
-from statekeeper.runtime.dsl import Grouped, Materialized, StreamsBuilder, Suppressed
-from statekeeper.runtime.errors import InvalidRecordError
-from statekeeper.runtime.processor import Processor, ProcessorContext, Record
-from statekeeper.runtime.topology import Topology
-from statekeeper.stores.windows import TimeWindows
+from statekeeper.processing.dsl import Grouped, Materialized, StreamsBuilder, Suppressed
+from statekeeper.processing.errors import InvalidRecordError
+from statekeeper.processing.processor import Processor, ProcessorContext, Record
+from statekeeper.processing.topology import Topology
+from statekeeper.stores.time_windows import TimeWindows
 
 EVENT_TYPES = ("pulse", "temperature", "checkout")
 HEART_RATE_STORE = "heart-rate"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from statekeeper.runtime.dsl import Grouped, Materialized, StreamsBuilder
-from statekeeper.runtime.errors import InvalidRecordError
-from statekeeper.runtime.topology import Topology
+from statekeeper.processing.dsl import Grouped, Materialized, StreamsBuilder
+from statekeeper.processing.errors import InvalidRecordError
+from statekeeper.processing.topology import Topology
 
 WORD_RE = re.compile(r"[a-z0-9']+")
 

@@ -15,9 +15,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from statekeeper.app.spec import load_app_spec
 from statekeeper.demo.app_process import AppProcess, spark_app_spec
 from statekeeper.kafka.embedded import EmbeddedBroker
-from statekeeper.runtime.app_spec import load_app_spec
 
 console = Console(width=max(Console().width, 110))
 PARTITIONS = 4
@@ -46,8 +46,8 @@ def _spark_recompute(bootstrap: str, topic: str) -> Any:
     from pyspark.sql import SparkSession
 
     from statekeeper.recompute.spark_recompute import recompute_patients
-    from statekeeper.runtime.kafka_source import register_sources
-    from statekeeper.runtime.spark_env import prepare_spark_env
+    from statekeeper.spark.kafka_source import register_sources
+    from statekeeper.spark.session_env import prepare_spark_env
 
     env_conf = prepare_spark_env()
     builder = SparkSession.builder
@@ -85,13 +85,13 @@ def _compare(name: str, got: Any, want: Any, problems: list[str]) -> None:
 
 
 def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
+    from statekeeper.app.store_reader import read_store
     from statekeeper.generate.patient_monitoring import patient_events
     from statekeeper.generate.producer import produce
+    from statekeeper.processing.dlq import dlq_topic
+    from statekeeper.processing.output_reader import read_deduped, source_positions
     from statekeeper.recompute import patient_monitoring as reference
     from statekeeper.recompute.reader import read_topic
-    from statekeeper.runtime.dlq import dlq_topic
-    from statekeeper.runtime.output_reader import read_deduped, source_positions
-    from statekeeper.runtime.store_reader import read_store
 
     work = Path("var/demo").resolve()
     shutil.rmtree(work, ignore_errors=True)

@@ -54,7 +54,7 @@ class AppProcess:
 
     def start(self) -> AppProcess:
         self.status_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "statekeeper.runtime.launcher", "--spec", str(self.spec)]
+        cmd = [sys.executable, "-m", "statekeeper.app.launcher", "--spec", str(self.spec)]
         for key, value in self.overrides.items():
             cmd += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
         if self.stop_when_idle:

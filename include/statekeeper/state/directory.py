@@ -46,7 +46,7 @@ class TaskLock:
     The OS releases it when the process dies, even on ``kill -9``, so a crashed owner never
     blocks a restart. A waiter leaves a release request (``.release``) so that a holder
     that merely keeps the task open between batches lets it go
-    (:class:`statekeeper.runtime.parked_tasks.ParkedTasks`).
+    (:class:`statekeeper.worker.parked_tasks.ParkedTasks`).
     """
 
     def __init__(self, directory: TaskDirectory, timeout_s: float) -> None:

@@ -1,7 +1,6 @@
 """State stores: key-value (RocksDB, in-memory, LRU) and window stores, built as layer stacks."""
 
 from statekeeper.stores.builders import Stores, StoreSpec, build_store
-from statekeeper.stores.metered import KeyValueStore, WindowStore
 from statekeeper.stores.serdes import (
     BytesSerde,
     IntSerde,
@@ -10,7 +9,8 @@ from statekeeper.stores.serdes import (
     SerdeError,
     StringSerde,
 )
-from statekeeper.stores.windows import TimeWindows
+from statekeeper.stores.time_windows import TimeWindows
+from statekeeper.stores.typed import KeyValueStore, WindowStore
 
 __all__ = [
     "BytesSerde",

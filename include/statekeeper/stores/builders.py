@@ -21,12 +21,12 @@ from statekeeper.stores.change_logging import (
 )
 from statekeeper.stores.lru import LRUKeyValueStore
 from statekeeper.stores.memory import InMemoryKeyValueStore
-from statekeeper.stores.metered import KeyValueStore, WindowStore
 from statekeeper.stores.read_cache import ReadCachingKeyValueStore
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 from statekeeper.stores.serdes import Serde, serde_for
-from statekeeper.stores.window import WindowBytesStore
-from statekeeper.stores.windows import validate_retention
+from statekeeper.stores.time_windows import validate_retention
+from statekeeper.stores.typed import KeyValueStore, WindowStore
+from statekeeper.stores.window_bytes import WindowBytesStore
 
 StoreKind = Literal["rocksdb", "memory", "lru", "window"]
 # Kafka Streams keeps window changelogs one day longer than the store, so a restore after

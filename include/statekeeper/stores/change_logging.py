@@ -7,7 +7,7 @@ from operator import itemgetter
 
 from statekeeper.stores.base import KeyValueBytesStore, Value, WrappedKeyValueStore
 from statekeeper.stores.lru import LRUKeyValueStore
-from statekeeper.stores.window import WindowBytesStore, changelog_window_key
+from statekeeper.stores.window_bytes import WindowBytesStore, changelog_window_key
 
 # Receives (changelog key, absolute value or None for a tombstone). A sink with a
 # ``send_all(items)`` method gets a batch's records in one call.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from statekeeper.runtime.topology import Topology
+from statekeeper.processing.topology import Topology
 
 from .harness import Harness
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.kafka.model import KafkaRecord, tp_key
-from statekeeper.runtime.task import StreamTask, TaskBatchResult
-from statekeeper.runtime.topology import Topology
+from statekeeper.processing.stream_task import StreamTask, TaskBatchResult
+from statekeeper.processing.topology import Topology
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.builders import build_store
-from statekeeper.stores.metered import WindowStore
+from statekeeper.stores.typed import WindowStore
 
 APP = "app"
 

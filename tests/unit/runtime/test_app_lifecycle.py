@@ -8,11 +8,11 @@ import urllib.request
 
 import pytest
 
+from statekeeper.app.launcher import parse_overrides
+from statekeeper.app.lifecycle import AppState, AppStateMachine
+from statekeeper.app.spec import load_app_spec
+from statekeeper.app.status import StatusBoard, StatusServer
 from statekeeper.errors import ConfigError, StatekeeperError
-from statekeeper.runtime.app_spec import load_app_spec
-from statekeeper.runtime.launcher import parse_overrides
-from statekeeper.runtime.lifecycle import AppState, AppStateMachine
-from statekeeper.runtime.status import StatusBoard, StatusServer
 
 
 def test_state_machine_follows_kafka_streams_states_and_notifies() -> None:
@@ -44,7 +44,7 @@ def test_invalid_transition_is_refused_and_listener_errors_are_contained() -> No
 
 SPEC_YAML = """
 application_id: wc
-topology: statekeeper.runtime.launcher:parse_overrides
+topology: statekeeper.app.launcher:parse_overrides
 params: {pairs: []}
 settings: {max_records_per_batch: 1234, bootstrap_servers: "127.0.0.1:1"}
 spark: {conf: {spark.sql.shuffle.partitions: "2"}}
@@ -62,7 +62,7 @@ def test_yaml_and_toml_specs_load_and_env_overrides_the_file(tmp_path, monkeypat
     assert spec.resolved_settings().max_records_per_batch == 99
     toml = tmp_path / "app.toml"
     toml.write_text(
-        'application_id = "wc"\ntopology = "statekeeper.runtime.launcher:parse_overrides"\n'
+        'application_id = "wc"\ntopology = "statekeeper.app.launcher:parse_overrides"\n'
         "[params]\npairs = []\n"
     )
     assert load_app_spec(toml).application_id == "wc"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statekeeper.runtime.dsl import Materialized, StreamsBuilder
+from statekeeper.processing.dsl import Materialized, StreamsBuilder
 
 from .harness import as_json, records
 

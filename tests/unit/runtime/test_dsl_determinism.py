@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from statekeeper.runtime.dsl import Materialized, StreamsBuilder, Suppressed
-from statekeeper.stores.windows import TimeWindows
+from statekeeper.processing.dsl import Materialized, StreamsBuilder, Suppressed
+from statekeeper.stores.time_windows import TimeWindows
 
 from .harness import records
 

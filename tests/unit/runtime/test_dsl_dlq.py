@@ -6,8 +6,8 @@ import pytest
 
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.model import KafkaRecord
-from statekeeper.runtime.dsl import StreamsBuilder
-from statekeeper.runtime.errors import InvalidRecordError
+from statekeeper.processing.dsl import StreamsBuilder
+from statekeeper.processing.errors import InvalidRecordError
 
 from .harness import records
 

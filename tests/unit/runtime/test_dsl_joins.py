@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from statekeeper.runtime.dsl import Materialized, StreamsBuilder
-from statekeeper.runtime.errors import CopartitioningError, TopologyError
+from statekeeper.processing.dsl import Materialized, StreamsBuilder
+from statekeeper.processing.errors import CopartitioningError, TopologyError
 
 from .harness import as_json, records
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from statekeeper.runtime.dsl import StreamsBuilder
-from statekeeper.runtime.errors import TopologyError
-from statekeeper.runtime.processor import Processor, PunctuationType, Record
+from statekeeper.processing.dsl import StreamsBuilder
+from statekeeper.processing.errors import TopologyError
+from statekeeper.processing.processor import Processor, PunctuationType, Record
 from statekeeper.stores import Stores
 
 from .harness import records

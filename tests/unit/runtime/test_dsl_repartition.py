@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statekeeper.runtime.dsl import Grouped, Materialized, StreamsBuilder
+from statekeeper.processing.dsl import Grouped, Materialized, StreamsBuilder
 
 from .harness import records
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statekeeper.runtime.dsl import StreamsBuilder
+from statekeeper.processing.dsl import StreamsBuilder
 
 from .harness import as_json, records
 

@@ -8,8 +8,8 @@ import pytest
 from pyspark import cloudpickle
 
 from statekeeper.apps import patient_monitoring, word_count
-from statekeeper.runtime.dsl import Grouped, Materialized, StreamsBuilder
-from statekeeper.runtime.errors import TopologyError
+from statekeeper.processing.dsl import Grouped, Materialized, StreamsBuilder
+from statekeeper.processing.errors import TopologyError
 
 from .harness import records
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from statekeeper.runtime.dsl import Materialized, StreamsBuilder, Suppressed
-from statekeeper.runtime.errors import TopologyError
-from statekeeper.runtime.windowed_key import Windowed, WindowedSerde
-from statekeeper.stores.windows import TimeWindows
+from statekeeper.processing.dsl import Materialized, StreamsBuilder, Suppressed
+from statekeeper.processing.errors import TopologyError
+from statekeeper.processing.windowed_key import Windowed, WindowedSerde
+from statekeeper.stores.time_windows import TimeWindows
 
 from .harness import records
 

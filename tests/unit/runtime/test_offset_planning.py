@@ -8,7 +8,7 @@ import random
 import pytest
 
 from statekeeper.errors import ConfigError
-from statekeeper.runtime.kafka_offset_planning import (
+from statekeeper.spark.offset_planning import (
     EARLIEST,
     LATEST,
     OffsetSpec,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from statekeeper.errors import TaskLockedError
-from statekeeper.runtime.parked_tasks import ParkedTasks
 from statekeeper.state.directory import TaskDirectory, TaskLock
+from statekeeper.worker.parked_tasks import ParkedTasks
 
 
 class FakeState:

@@ -17,7 +17,7 @@ from pyspark.sql.types import (  # noqa: E402
 from statekeeper.errors import ConfigError  # noqa: E402
 from statekeeper.kafka.partitioning import murmur2  # noqa: E402
 from statekeeper.kafka.partitioning import partition_for_key as murmur2_partition  # noqa: E402
-from statekeeper.runtime.kafka_writer import parse_sink_options  # noqa: E402
+from statekeeper.spark.kafka_sink import parse_sink_options  # noqa: E402
 
 # Kafka's own test vectors (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest).
 JAVA_VECTORS = {

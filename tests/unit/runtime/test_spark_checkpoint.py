@@ -9,7 +9,7 @@ import pytest
 
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.model import OffsetRange
-from statekeeper.runtime.spark_checkpoint import (
+from statekeeper.spark.checkpoint_log import (
     batch_timestamp_ms,
     last_committed_offsets,
     logged_batch_ranges,

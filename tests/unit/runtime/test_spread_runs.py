@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from statekeeper.kafka.model import OffsetRange
-from statekeeper.runtime.task_runner import TaskRun, spread_runs
+from statekeeper.worker.task_runner import TaskRun, spread_runs
 
 
 def run(task: str, *counts: int) -> TaskRun:

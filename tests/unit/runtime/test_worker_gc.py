@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from statekeeper.runtime.worker_gc import frozen_after_share, in_spark_task, raised_gc_threshold
+from statekeeper.worker.gc_freeze import frozen_after_share, in_spark_task, raised_gc_threshold
 
 
 @pytest.fixture(autouse=True)

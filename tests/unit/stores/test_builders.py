@@ -18,11 +18,11 @@ from statekeeper.stores.caching import CachingKeyValueStore
 from statekeeper.stores.change_logging import ChangeLoggingKeyValueStore, ChangeLoggingWindowStore
 from statekeeper.stores.lru import LRUKeyValueStore
 from statekeeper.stores.memory import InMemoryKeyValueStore
-from statekeeper.stores.metered import KeyValueStore, WindowStore
 from statekeeper.stores.read_cache import ReadCachingKeyValueStore
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 from statekeeper.stores.serdes import IntSerde, JsonSerde, SerdeError
-from statekeeper.stores.window import WindowBytesStore
+from statekeeper.stores.typed import KeyValueStore, WindowStore
+from statekeeper.stores.window_bytes import WindowBytesStore
 
 DAY_MS = 24 * 60 * 60 * 1000
 

@@ -11,7 +11,7 @@ from statekeeper.stores.builders import Stores, build_store
 from statekeeper.stores.change_logging import RESERVED_KEY_PREFIX, ChangeLoggingKeyValueStore
 from statekeeper.stores.lru import LRUKeyValueStore
 from statekeeper.stores.memory import InMemoryKeyValueStore
-from statekeeper.stores.window import changelog_window_key
+from statekeeper.stores.window_bytes import changelog_window_key
 
 RESERVED = b"\x00__statekeeper.commit"
 

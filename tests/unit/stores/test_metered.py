@@ -6,9 +6,9 @@ import pytest
 
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.builders import Stores, build_store
-from statekeeper.stores.metered import KeyValueStore, WindowStore
 from statekeeper.stores.metrics import OperationStats, StoreMetrics
 from statekeeper.stores.serdes import IntSerde, SerdeError
+from statekeeper.stores.typed import KeyValueStore, WindowStore
 
 
 @pytest.fixture(params=["memory", "rocksdb"])

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from statekeeper.errors import InvalidStoreConfigError
-from statekeeper.stores.windows import TimeWindows, validate_retention
+from statekeeper.stores.time_windows import TimeWindows, validate_retention
 
 
 def test_tumbling_sets_advance_to_size():

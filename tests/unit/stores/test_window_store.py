@@ -7,7 +7,7 @@ import pytest
 from statekeeper.errors import ChangelogCorruptError, InvalidStoreConfigError
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.builders import Stores, build_store
-from statekeeper.stores.window import (
+from statekeeper.stores.window_bytes import (
     WindowBytesStore,
     changelog_window_key,
     split_changelog_window_key,

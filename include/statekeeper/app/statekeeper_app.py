@@ -1,0 +1,592 @@
+"""Runs a topology on PySpark Structured Streaming (DESIGN.md "Spark runtime", R1-R5).
+
+Spark plans offset ranges (not rows) through the ``statekeeper_kafka_ranges`` source; in
+``foreachBatch`` the driver takes the batch's ranges from Spark's offset log, groups them
+into tasks (one per subtopology and partition) and runs them on the executors, one Spark
+task per core, where each task reads its ranges from Kafka, processes them against its
+stores and commits every ``commit_interval_ms`` (see :mod:`statekeeper.worker.task_runner`).
+The driver keeps the recent batches' ranges so a task that lost uncommitted batches
+replays them.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from statekeeper.app.lifecycle import AppState, AppStateMachine, StateListener
+from statekeeper.app.status import StatusBoard, StatusServer
+from statekeeper.app.topics import TopicPlan, prepare_topics
+from statekeeper.errors import ConfigError, StatekeeperError
+from statekeeper.kafka.model import OffsetRange
+from statekeeper.processing.topology import task_id
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.spark.checkpoint_log import (
+    batch_timestamp_ms,
+    last_committed_batch,
+    last_committed_offsets,
+    logged_batch_ranges,
+)
+from statekeeper.state.restore_progress import read_restore_progress
+from statekeeper.worker.task_runner import (
+    BatchSlice,
+    TaskRun,
+    TaskRunResult,
+    run_share,
+    settings_to_json,
+    spread_runs,
+)
+
+log = logging.getLogger("statekeeper.app")
+
+LAG_REFRESH_S = 2.0  # how often the driver re-reads source end offsets for the status
+#: Passes over a batch's runs before giving up: a run claimed by a Spark task attempt that
+#: failed (and was retried elsewhere) reports nothing and is run again in the next pass.
+MAX_BATCH_PASSES = 3
+
+
+class StopRequested(StatekeeperError):
+    """Raised inside a batch that began after a stop was requested: Spark keeps the batch
+    uncommitted in its checkpoint, so the next start runs it again."""
+
+
+class StatekeeperApp:
+    """A stateful app: a topology, settings, and the Spark query that runs it.
+
+    ``run()`` blocks until the app stops (``stop()``, SIGTERM, or idle when
+    ``stop_when_idle``); state transitions go to ``StateListener``s and the status endpoint.
+    """
+
+    def __init__(
+        self,
+        topology: Any,
+        settings: StatekeeperSettings,
+        *,
+        spark_conf: dict[str, str] | None = None,
+        listeners: list[StateListener] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.settings = settings
+        self._settings_json = settings_to_json(settings)  # what executors rebuild them from
+        self.app_id = settings.application_id
+        self.spark_conf = dict(spark_conf or {})
+        self.machine = AppStateMachine(listeners)
+        self.checkpoint = Path(settings.checkpoint_dir).absolute() / self.app_id
+        status_file = settings.status_file or (
+            Path(settings.state_dir) / self.app_id / "status.json"
+        )
+        self.board = StatusBoard(self.app_id, Path(status_file).absolute())
+        self.board.add_provider(self._live_status)
+        self.machine.add_listener(lambda new, _old: self.board.update(state=new.value))
+        self._server: StatusServer | None = None
+        self._batch_lock = threading.Lock()
+        self._stop_requested = threading.Event()
+        self._stopping = False
+        self._plan: TopicPlan | None = None
+        self._positions: dict[tuple[str, int], int] = {}
+        self._ends: dict[tuple[str, int], int] = {}
+        self._end_reader: Any = None  # a LogEndReader, kept: the lag refresh runs every 2 s
+        self._batch_seconds: list[float] = []
+        self._totals: dict[str, int] = defaultdict(int)
+        self._last_batch_end = 0.0
+        self._started = time.time()
+        self._processing_s = 0.0
+        self._opened: set[str] = set()
+        # The last max_uncommitted_batches batches (id -> time, task id -> ranges), each
+        # task's subtopology and partition, and the last batch each task reported committed:
+        # a task whose state is behind replays its backlog from these.
+        self._history: dict[int, tuple[int, dict[str, tuple[OffsetRange, ...]]]] = {}
+        self._history_seeded = False
+        self._task_keys: dict[str, tuple[int, int]] = {}
+        self._committed: dict[str, int] = {}
+        self._query: Any = None
+        #: One entry per completed micro-batch (benchmarks and tests read it).
+        self.batches: list[dict[str, Any]] = []
+
+    # -- public API --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> AppState:
+        return self.machine.state
+
+    @property
+    def status_url(self) -> str | None:
+        return self._server.url if self._server else None
+
+    @property
+    def recent_progress(self) -> list[Any]:
+        """Spark's ``StreamingQueryProgress`` of this app's query, oldest first (the last
+        ``spark.sql.streaming.numRecentProgressUpdates``; kept after the app stops). Read it
+        here rather than through a Python ``StreamingQueryListener``: Spark calls such a
+        listener over Py4J, which cost the driver JVM ~0.1 s of CPU per progress event
+        (measured on a trivial query)."""
+        return list(self._query.recentProgress) if self._query is not None else []
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        self.machine.add_listener(listener)
+
+    def stop(self) -> None:
+        """Ask for a graceful stop: the running batch finishes and commits, then Spark stops."""
+        self._stop_requested.set()
+
+    def run(self, *, stop_when_idle: bool = False, idle_s: float = 3.0) -> None:
+        """Start and block until stopped. With ``stop_when_idle`` the app stops once every
+        source partition is fully processed and no batch ran for ``idle_s`` seconds."""
+        self._install_sigterm()
+        try:
+            self.machine.transition(AppState.REBALANCING)
+            self._start_status()
+            self._plan = self._prepare()
+            spark = self._spark()
+            self._replay_lost_batches(spark)
+            self._query = query = self._start_query(spark)
+            self._supervise(query, stop_when_idle, idle_s)
+            self._commit_held_batches(spark)
+        except BaseException as exc:
+            # ERROR is final for this run, so a supervisor tells a crash from a clean stop.
+            if self.state not in (AppState.ERROR, AppState.NOT_RUNNING):
+                self.machine.transition(AppState.ERROR, error=f"{type(exc).__name__}: {exc}")
+            self.board.update(error=self.machine.error)
+            raise
+        finally:
+            if self._server is not None:
+                self._server.stop()
+            if self._end_reader is not None:
+                self._end_reader.close()
+                self._end_reader = None
+        self.machine.transition(AppState.NOT_RUNNING)
+        self.board.write_file()
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_sigterm(signum: int, _frame: Any) -> None:
+            log.warning("SIGTERM: finishing the current batch, then stopping")
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _start_status(self) -> None:
+        s = self.settings
+        if s.status_port is not None:
+            self._server = StatusServer(self.board, s.status_host, s.status_port).start()
+            log.info("status endpoint %s", self._server.url)
+        self.board.update(
+            state=self.state.value,
+            status_url=self.status_url,
+            processing_guarantee=s.processing_guarantee,
+            checkpoint=str(self.checkpoint),
+        )
+
+    def _prepare(self) -> TopicPlan:
+        from statekeeper.kafka.adapter import detect_profile
+        from statekeeper.kafka.admin import make_admin, wait_for_broker
+
+        s = self.settings
+        wait_for_broker(s.bootstrap_servers, s.broker_timeout_s)
+        admin = make_admin(s.bootstrap_servers)
+        profile = detect_profile(admin, s.broker_flavor, s.broker_timeout_s)
+        if s.processing_guarantee == "exactly_once":
+            # State is exact either way (commit markers). Outputs are effectively-once: a
+            # re-run batch re-emits identical records with identical sk.* dedupe ids.
+            # Transactional outputs are not implemented yet, even where the broker's
+            # transactions are reliable; say so rather than imply more.
+            log.log(
+                logging.WARNING if profile.transactions_reliable else logging.INFO,
+                "exactly_once on %s: state is exact; outputs are deduplicated by their sk.* "
+                "headers (transactional output is not used)",
+                profile.name,
+            )
+        plan = prepare_topics(admin, self.topology, self.app_id, s.broker_timeout_s)
+        self._init_positions(plan)
+        self.board.update(
+            broker=profile.name,
+            topology=self.topology.describe(),
+            tasks={task_id(sub, p): {} for sub, p in plan.tasks},
+        )
+        return plan
+
+    def _init_positions(self, plan: TopicPlan) -> None:
+        """Where each source partition stands: Spark's last committed batch, else its start."""
+        committed = last_committed_offsets(self.checkpoint) or {}
+        for topic, count in plan.partitions.items():
+            for p in range(count):
+                offset = committed.get(topic, {}).get(str(p))
+                if offset is not None:
+                    self._positions[(topic, p)] = int(offset)
+
+    def _spark(self) -> Any:
+        from pyspark import SparkContext
+        from pyspark.conf import SparkConf
+        from pyspark.sql import SparkSession
+
+        from statekeeper.spark.session_env import LOCAL_CHECKPOINT_CONF, prepare_spark_env
+
+        env_conf = prepare_spark_env()
+        SparkContext._ensure_initialized()  # so SparkConf sees spark-submit's --master
+        defaults = {
+            **env_conf,
+            **LOCAL_CHECKPOINT_CONF,  # the checkpoint is always a local directory here
+            "spark.app.name": f"statekeeper-{self.app_id}",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": str(max(self._plan.partitions.values(), default=4)),
+            "spark.python.worker.reuse": "true",
+            "spark.sql.streaming.stopTimeout": "60s",
+        }
+        builder = SparkSession.builder
+        existing = SparkConf()
+        if not existing.contains("spark.master"):
+            builder = builder.master(self.settings.spark_master)
+        for key, value in {**defaults, **self.spark_conf}.items():
+            if key in self.spark_conf or not existing.contains(key):
+                builder = builder.config(key, value)
+        own_session = SparkSession.getActiveSession() is None
+        spark = builder.getOrCreate()
+        if own_session:  # a caller's session keeps the log level it chose
+            spark.sparkContext.setLogLevel("WARN")
+        from statekeeper.spark.kafka_source import register_sources
+
+        register_sources(spark)
+        return spark
+
+    def _start_query(self, spark: Any) -> Any:
+        s = self.settings
+        retained = int(spark.conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
+        if retained <= s.max_uncommitted_batches:
+            # A restarted driver reads the batches tasks may still have to replay from there.
+            raise ConfigError(
+                f"max_uncommitted_batches ({s.max_uncommitted_batches}) must be below Spark's "
+                f"spark.sql.streaming.minBatchesToRetain ({retained})"
+            )
+        topics = sorted(self._plan.partitions)  # type: ignore[union-attr]
+        self.checkpoint.mkdir(parents=True, exist_ok=True)
+        ranges = (
+            spark.readStream.format("statekeeper_kafka_ranges")
+            .option("kafka.bootstrap.servers", s.bootstrap_servers)
+            .option("subscribe", ",".join(topics))
+            .option("startingOffsets", s.starting_offsets)
+            .option("maxRecordsPerBatch", str(s.max_records_per_batch))
+            .load()
+        )
+        return (
+            ranges.writeStream.queryName(self.app_id)
+            .foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(processingTime=f"{s.trigger_interval_ms} milliseconds")
+            .start()
+        )
+
+    # -- supervise ---------------------------------------------------------------------------
+
+    def _supervise(self, query: Any, stop_when_idle: bool, idle_s: float) -> None:
+        refreshed = 0.0
+        while not query.awaitTermination(0.25):
+            if time.monotonic() - refreshed > LAG_REFRESH_S:
+                # Off the batch path: end offsets for the status page's source lag.
+                self._refresh_ends()
+                refreshed = time.monotonic()
+                self.board.write_file()
+            if stop_when_idle and self._idle(idle_s):
+                log.info("all input processed; stopping")
+                self.stop()
+            if self._stop_requested.is_set():
+                self._graceful_stop(query)
+                break
+        error = query.exception()
+        if error is not None and not self._stopping:
+            raise StatekeeperError(f"streaming query failed: {error}")
+
+    def _graceful_stop(self, query: Any) -> None:
+        if self.state is not AppState.ERROR:
+            self.machine.transition(AppState.PENDING_SHUTDOWN)
+        with self._batch_lock:  # waits for the running batch to commit
+            self._stopping = True
+        query.stop()
+
+    def _idle(self, idle_s: float) -> bool:
+        if time.monotonic() - self._last_batch_end < idle_s or self._batch_lock.locked():
+            return False
+        self._refresh_ends()
+        return bool(self._ends) and all(
+            self._positions.get(tp, 0) >= end for tp, end in self._ends.items()
+        )
+
+    def _refresh_ends(self) -> None:
+        from statekeeper.kafka.adapter import consumer_config
+        from statekeeper.kafka.offsets import LogEndReader
+
+        if self._end_reader is None:  # one consumer for every refresh, not one per refresh
+            conf = consumer_config(self.settings.bootstrap_servers, group_id=f"{self.app_id}-lag")
+            self._end_reader = LogEndReader(conf, self.settings.broker_timeout_s)
+        tps = [(t, p) for t, n in self._plan.partitions.items() for p in range(n)]  # type: ignore[union-attr]
+        self._ends = self._end_reader.read(tps)
+
+    # -- one micro-batch (driver side) --------------------------------------------------------
+
+    def _on_batch(self, ranges_df: Any, batch_id: int) -> None:
+        with self._batch_lock:
+            if self._stopping:
+                raise StopRequested(f"stop requested; batch {batch_id} runs again on restart")
+            started = time.perf_counter()
+            if self.state is AppState.REBALANCING:
+                self.machine.transition(AppState.RESTORING)
+            runs = self._plan_tasks(self._batch_ranges(ranges_df, batch_id), batch_id)
+            results = self._execute(ranges_df.sparkSession, runs)
+            self._record(batch_id, runs, results, time.perf_counter() - started)
+            if self.state is AppState.RESTORING:
+                self.machine.transition(AppState.RUNNING)
+
+    def _batch_ranges(self, ranges_df: Any, batch_id: int) -> list[OffsetRange]:
+        """The batch's offset ranges: from Spark's offset log when it holds both ends (no
+        Spark job needed), else by running the ranges source over the batch."""
+        logged = logged_batch_ranges(self.checkpoint, batch_id)
+        if logged is not None:
+            return logged
+        return [
+            OffsetRange(row.topic, row.partition, row.start_offset, row.end_offset)
+            for row in ranges_df.collect()
+        ]
+
+    def _plan_tasks(self, ranges: list[OffsetRange], batch_id: int) -> list[TaskRun]:
+        if not self._history_seeded:
+            self._seed_history(batch_id)
+        batch_time = batch_timestamp_ms(self.checkpoint, batch_id)
+        by_task = self._group_by_task(ranges)
+        # Fewer records than admission control allows: the source is caught up, so the
+        # tasks commit now rather than keep a backlog while there is little to do.
+        caught_up = sum(r.count for r in ranges) < self.settings.max_records_per_batch
+        oldest_kept = batch_id - self.settings.max_uncommitted_batches + 1
+        runs = []
+        for tid, (sub, partition) in sorted(self._task_keys.items()):
+            backlog = self._backlog(tid, batch_id)
+            # A task commits before its oldest uncommitted batch leaves the history, idle
+            # tasks too (with nothing to read), so a replay always finds its batches.
+            overdue = bool(backlog) and backlog[0].batch_id <= oldest_kept
+            if tid in by_task or overdue:
+                runs.append(
+                    TaskRun(
+                        tid,
+                        sub,
+                        partition,
+                        by_task.get(tid, ()),
+                        batch_id,
+                        batch_time,
+                        backlog,
+                        force_commit=caught_up or overdue,
+                    )
+                )
+        self._remember(batch_id, batch_time, by_task)
+        return runs
+
+    def _group_by_task(self, ranges: list[OffsetRange]) -> dict[str, tuple[OffsetRange, ...]]:
+        by_task: dict[str, list[OffsetRange]] = defaultdict(list)
+        for r in ranges:
+            sub = self.topology.subtopology_of(self.app_id, r.topic)
+            tid = task_id(sub, r.partition)
+            self._task_keys[tid] = (sub, r.partition)
+            by_task[tid].append(r)
+        return {tid: tuple(sorted(rs, key=lambda r: r.topic)) for tid, rs in by_task.items()}
+
+    def _remember(
+        self, batch_id: int, batch_time: int, by_task: dict[str, tuple[OffsetRange, ...]]
+    ) -> None:
+        self._history[batch_id] = (batch_time, by_task)
+        for old in sorted(self._history)[: -self.settings.max_uncommitted_batches]:
+            del self._history[old]
+
+    def _seed_history(self, batch_id: int) -> None:
+        """After a (re)start, the batches before ``batch_id`` from Spark's offset log: tasks
+        may hold them uncommitted, or have lost them with a killed worker."""
+        self._history_seeded = True
+        for past in range(max(1, batch_id - self.settings.max_uncommitted_batches), batch_id):
+            ranges = logged_batch_ranges(self.checkpoint, past)
+            if ranges is not None:
+                self._remember(
+                    past, batch_timestamp_ms(self.checkpoint, past), self._group_by_task(ranges)
+                )
+
+    def _backlog(self, tid: str, batch_id: int) -> tuple[BatchSlice, ...]:
+        """The task's batches before ``batch_id`` that it has not reported committed."""
+        since = self._committed.get(tid, -1)
+        return tuple(
+            BatchSlice(past, batch_time, by_task[tid])
+            for past, (batch_time, by_task) in sorted(self._history.items())
+            if since < past < batch_id and tid in by_task
+        )
+
+    def _replay_lost_batches(self, spark: Any) -> None:
+        """At start, before the query: a killed app's workers took the batches its tasks held
+        uncommitted with them, and Spark will not run those batches again. Every task with
+        input in the last batches replays and commits them now, not when (or if) its
+        partitions next get input."""
+        last = last_committed_batch(self.checkpoint)
+        if last is None:
+            return
+        self._seed_history(last + 1)
+        self._commit_held_batches(spark)
+
+    def _commit_held_batches(self, spark: Any) -> None:
+        """A stop ends with every task committed: tasks that still hold uncommitted batches
+        (a commit interval spans batches) commit them now, in the worker holding them, or in
+        another one that replays them."""
+        if not self._history or self.state is AppState.ERROR:
+            return
+        last = max(self._history)
+        runs = [
+            TaskRun(
+                tid,
+                sub,
+                partition,
+                ranges=(),
+                batch_id=last,
+                batch_time_ms=self._history[last][0],
+                backlog=backlog,
+                force_commit=True,
+            )
+            for tid, (sub, partition) in sorted(self._task_keys.items())
+            if (backlog := self._backlog(tid, last + 1))
+        ]
+        if not runs:
+            return
+        started = time.perf_counter()
+        results = self._execute(spark, runs)
+        self._note_committed(results)
+        log.info(
+            "%d task(s) committed the batches they held or had lost in %.2fs",
+            len(results),
+            time.perf_counter() - started,
+        )
+
+    def _note_committed(self, results: list[TaskRunResult]) -> None:
+        for result in results:
+            if result.committed_batch_id is not None:
+                self._committed[result.task_id] = result.committed_batch_id
+            self.board.update_task(
+                result.task_id,
+                committed_batch_id=result.committed_batch_id,
+                committed_offsets=result.committed_offsets,
+            )
+
+    def _execute(self, spark: Any, runs: list[TaskRun]) -> list[TaskRunResult]:
+        if not runs:
+            return []
+        topology, settings_json = self.topology, self._settings_json
+        sc = spark.sparkContext
+        results: list[TaskRunResult] = []
+        todo = runs
+        for _attempt in range(MAX_BATCH_PASSES):
+            shares = spread_runs(todo, sc.defaultParallelism)
+            job = uuid.uuid4().hex  # one pass over the batch's runs; claims are per pass
+            results += (
+                sc.parallelize(range(len(shares)), len(shares))
+                .flatMap(
+                    lambda index, s=shares, j=job: run_share(index, s, j, topology, settings_json)
+                )
+                .collect()
+            )
+            ran = Counter(result.task_id for result in results)
+            if any(n > 1 for n in ran.values()):
+                raise StatekeeperError(
+                    f"batch {runs[0].batch_id}: a task ran twice ({dict(ran)}); not committed"
+                )
+            # A task claimed by a worker that then failed reports nothing: run it again.
+            todo = [r for r in runs if r.task_id not in ran]
+            if not todo:
+                return results
+        raise StatekeeperError(
+            f"batch {runs[0].batch_id}: tasks {[r.task_id for r in todo]} did not run after "
+            f"{MAX_BATCH_PASSES} passes; the batch is not committed and runs again"
+        )
+
+    def _record(
+        self, batch_id: int, runs: list[TaskRun], results: list[TaskRunResult], seconds: float
+    ) -> None:
+        for run in runs:
+            for r in run.ranges:
+                tp = (r.topic, r.partition)
+                self._positions[tp] = max(self._positions.get(tp, 0), r.end)
+        records = sum(r.records_processed for r in results)
+        for result in results:
+            for key in (
+                "records_processed",
+                "records_skipped",
+                "records_late_dropped",
+                "records_dlq",
+                "records_output",
+                "records_replayed",
+            ):
+                self._totals[key] += getattr(result, key)
+            if result.task_id not in self._opened:
+                # The first open of a task in this run is the restore that matters
+                # (later opens replay only the previous batch's markers).
+                self._opened.add(result.task_id)
+                self.board.update_task(result.task_id, restore=result.restored)
+            self.board.update_task(
+                result.task_id,
+                worker_pid=result.worker_pid,
+                warm=result.warm,
+                last_batch_id=result.batch_id,
+                store_entries=result.store_entries,
+                seconds=result.seconds,
+            )
+        self._note_committed(results)
+        self._batch_seconds.append(seconds)
+        self._processing_s += seconds
+        self._last_batch_end = time.monotonic()
+        last = {
+            "batch_id": batch_id,
+            "tasks": len(runs),
+            # Tasks that were still open in the worker that ran them (no reopen); a cold task
+            # after the first batch means Spark moved it to another Python worker.
+            "warm_tasks": sum(1 for r in results if r.warm),
+            "records": records,
+            "seconds": round(seconds, 4),
+            "records_per_s": round(records / seconds, 1) if seconds > 0 else None,
+            "finished_at": time.time(),
+        }
+        self.batches.append(last)
+        self.board.update(last_batch=last, totals=dict(self._totals))
+        log.info("batch %d: %d tasks, %d records in %.2fs", batch_id, len(runs), records, seconds)
+
+    # -- status --------------------------------------------------------------------------------
+
+    def _live_status(self) -> dict[str, Any]:
+        """Values computed when the status is read: lag, restore progress, throughput."""
+        out: dict[str, Any] = {"state": self.state.value}
+        secs = self._batch_seconds
+        total = self._totals.get("records_processed", 0)
+        out["throughput"] = {
+            "batches": len(secs),
+            "records_processed": total,
+            "records_per_s_processing": round(total / self._processing_s, 1)
+            if self._processing_s
+            else None,
+            "batch_seconds_p50": round(statistics.median(secs), 4) if secs else None,
+        }
+        if self._plan is None:
+            return out
+        lag: dict[str, int] = defaultdict(int)
+        for (topic, p), end in self._ends.items():
+            sub = self.topology.subtopology_of(self.app_id, topic)
+            lag[task_id(sub, p)] += max(0, end - self._positions.get((topic, p), 0))
+        tasks: dict[str, Any] = {}
+        state_root = Path(self.settings.state_dir) / self.app_id
+        for sub, p in self._plan.tasks:
+            tid = task_id(sub, p)
+            tasks[tid] = {
+                "source_lag": lag.get(tid) if self._ends else None,
+                "restore_progress": read_restore_progress(state_root / tid),
+            }
+        out["task_live"] = tasks
+        return out

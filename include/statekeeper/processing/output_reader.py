@@ -1,0 +1,44 @@
+"""Read an app's output or DLQ topic the way a deduplicating consumer would (R4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statekeeper.errors import StatekeeperError
+from statekeeper.kafka.model import KafkaRecord
+from statekeeper.processing.output_headers import SOURCE, dedupe_id
+
+
+def read_deduped(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[KafkaRecord]:
+    """Records of ``topic`` in partition/offset order, the first copy per dedupe id only.
+
+    A re-run batch re-emits identical records with the same ``(sk.task, sk.batch, sk.seq)``,
+    so what remains is exactly-once output.
+    """
+    from statekeeper.recompute.reader import read_topic
+
+    seen: set[Any] = set()
+    out = []
+    for _partition, records in sorted(read_topic(bootstrap, topic, timeout_s=timeout_s).items()):
+        for record in records:
+            rid = dedupe_id(record.headers)
+            if rid is None:
+                raise StatekeeperError(
+                    f"{topic}[{record.partition}]@{record.offset} has no sk.* dedupe headers"
+                )
+            if rid not in seen:
+                seen.add(rid)
+                out.append(record)
+    return out
+
+
+def source_positions(records: list[KafkaRecord]) -> list[tuple[str, int, int]]:
+    """The ``sk.source`` header of each record as (topic, partition, offset)."""
+    out = []
+    for record in records:
+        raw = dict(record.headers).get(SOURCE)
+        if raw is None:
+            raise StatekeeperError(f"record at offset {record.offset} has no {SOURCE} header")
+        topic, partition, offset = raw.decode().rsplit(":", 2)
+        out.append((topic, int(partition), int(offset)))
+    return out

@@ -1,0 +1,455 @@
+"""Runs a Spark task's share of a micro-batch on an executor (DESIGN.md R3).
+
+Per stream task: lock → open stores (restore if needed) → replay uncommitted backlog
+batches the state lost → skip processed offsets → read the task's offset ranges from Kafka
+→ process → flush outputs → commit (changelog, markers, stores) when the commit interval is
+due → return metrics. The task reads its ranges itself (R2): Spark carries only offsets.
+Afterwards the task stays open in this worker with its lock held (parked, see
+:mod:`statekeeper.worker.parked_tasks`), holding any uncommitted batches: its next batch
+here skips lock, open and restore, and its consumer has read ahead. The parked tasks a
+worker runs in one batch commit together (one wait for their records, one marker round
+trip). A failed task is closed and unlocked instead; its uncommitted batches are replayed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from statekeeper.errors import StatekeeperError
+from statekeeper.kafka.adapter import consumer_config
+from statekeeper.kafka.model import OffsetRange, tp_key
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.worker.parked_tasks import ParkedTask
+
+log = logging.getLogger("statekeeper.runtime")
+
+
+@dataclass(frozen=True)
+class BatchSlice:
+    """A task's part of one earlier micro-batch: its id, Spark's logged time and the task's
+    offset ranges."""
+
+    batch_id: int
+    batch_time_ms: int
+    ranges: tuple[OffsetRange, ...]
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """One task's work in one micro-batch (picklable; built on the driver).
+
+    ``backlog`` holds the task's earlier batches that Spark may have committed while the
+    task had not (a commit interval spans batches): a task whose state is behind replays
+    them one by one before this batch. ``force_commit`` commits now, whatever the interval
+    (the source is caught up, or the app is stopping)."""
+
+    task_id: str
+    subtopology: int
+    partition: int
+    ranges: tuple[OffsetRange, ...]
+    batch_id: int
+    batch_time_ms: int
+    backlog: tuple[BatchSlice, ...] = ()
+    force_commit: bool = False
+
+
+@dataclass
+class TaskRunResult:
+    """What a task reports back to the driver."""
+
+    task_id: str
+    batch_id: int
+    committed: bool  # the state's commit covers this batch
+    committed_batch_id: int | None = None  # the last batch the task's state committed
+    warm: bool = False  # the state was still open in this worker from the task's last batch
+    worker_pid: int = 0  # the Python worker process that ran it
+    records_read: int = 0
+    records_processed: int = 0
+    records_skipped: int = 0
+    records_late_dropped: int = 0
+    records_dlq: int = 0
+    records_output: int = 0
+    records_replayed: int = 0  # of backlog batches the state had not committed
+    committed_offsets: dict[str, int] = field(default_factory=dict)
+    restored: list[dict[str, Any]] = field(default_factory=list)
+    store_entries: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _WorkerServices:
+    """Per-process clients, reused across tasks when Spark reuses the Python worker.
+
+    Nothing depends on reuse for correctness (Spark reuses workers at random); it only
+    saves connecting a producer and restorer per task.
+    """
+
+    def __init__(self, settings: StatekeeperSettings) -> None:
+        from statekeeper.processing.output_producer import OutputProducer
+        from statekeeper.state.environment import StateEnvironment
+        from statekeeper.state.restore_progress import RestoreProgressFile
+        from statekeeper.worker.parked_tasks import ParkedTasks
+
+        self.settings = settings
+        self.progress = RestoreProgressFile()
+        self.env = StateEnvironment(settings, [self.progress], check_broker=False)
+        self.outputs = OutputProducer(settings.bootstrap_servers)
+        self.consumer_conf = consumer_config(
+            settings.bootstrap_servers, group_id=f"{settings.application_id}-tasks"
+        )
+        self.busy = threading.Lock()
+        self.parked = ParkedTasks(commit_before_release=_commit_held, busy=self.busy)
+
+
+def _commit_held(task: ParkedTask) -> None:
+    """Commit the batches a parked task holds (it is being handed over)."""
+    from statekeeper.state.task_state_manager import commit_together
+
+    pending = task.state.pending_commit()
+    if pending is not None:
+        commit_together([(task.state, *pending)])
+
+
+@functools.lru_cache(maxsize=4)
+def _services(settings_json: str) -> _WorkerServices:
+    return _WorkerServices(StatekeeperSettings.model_validate_json(settings_json))
+
+
+#: How long a worker waits for a busy task's holder to claim it before asking for the lock
+#: (Spark tasks of one batch start a few milliseconds apart).
+CLAIM_GRACE_S = 0.1
+
+
+def run_share(
+    index: int, shares: list[list[TaskRun]], job: str, topology: Any, settings_json: str
+) -> list[TaskRunResult]:
+    """One Spark task of a batch: run the tasks parked in this worker, then those of share
+    ``index`` that nobody claimed; returns one result per task run here.
+
+    Every task of the batch ends up run exactly once per ``job``: a parked task by the
+    worker holding it (it claims it first, :mod:`batch_claims`), any other by the worker
+    whose share holds it. Skipping a claimed task is safe because a claim is written by the
+    lock holder, which runs the task before letting the lock go.
+    """
+    from statekeeper.worker.gc_freeze import (
+        frozen_after_share,
+        in_spark_task,
+        raised_gc_threshold,
+    )
+
+    services = _services(settings_json)
+    settings = services.settings
+    # ``busy`` is held while this worker runs tasks: the parked-task watcher commits a task
+    # it hands over only while the worker is idle (see ParkedTasks).
+    with (
+        frozen_after_share(settings.worker_full_gc_every, in_spark_worker=in_spark_task()),
+        services.busy,
+        raised_gc_threshold(settings.worker_gc_threshold),
+    ):
+        return _run_share(index, shares, job, topology, services)
+
+
+def _run_share(
+    index: int,
+    shares: list[list[TaskRun]],
+    job: str,
+    topology: Any,
+    services: _WorkerServices,
+) -> list[TaskRunResult]:
+    from statekeeper.state.directory import TaskDirectory, TaskLock
+    from statekeeper.worker.batch_claims import claim, is_claimed
+
+    settings = services.settings
+
+    def directory(run: TaskRun) -> TaskDirectory:
+        return TaskDirectory(settings.state_dir, settings.application_id, run.task_id)
+
+    warm: list[tuple[TaskRun, ParkedTask]] = []
+    try:
+        for run in (r for share in shares for r in share):
+            path = directory(run).path
+            if is_claimed(path, job):  # run by this worker's earlier Spark task of this pass
+                continue
+            parked = services.parked.take(str(path), topology.store_specs(run.subtopology))
+            if parked is not None:
+                warm.append((run, parked))
+                claim(path, job)
+                # Every warm task's fetch runs now, so later tasks' records arrive while
+                # the first ones process.
+                parked.fetch = _fetch_for(run, services, parked.fetch)
+    except BaseException:
+        for _, taken in warm:  # give their locks back
+            taken.close()
+        raise
+    results = _run_open_tasks(warm, topology, services)
+    done = {run.task_id for run, _ in warm}
+    for run in shares[index]:
+        if run.task_id in done:
+            continue
+        task_dir = directory(run)
+        deadline = time.monotonic() + CLAIM_GRACE_S
+        while TaskLock(task_dir, 0).held_elsewhere() and time.monotonic() < deadline:
+            if is_claimed(task_dir.path, job):
+                break
+            time.sleep(0.005)
+        if is_claimed(task_dir.path, job):
+            continue
+        result = _run_one(run, topology, services, job)
+        if result is not None:
+            results.append(result)
+    return results
+
+
+def _fetch_for(run: TaskRun, services: _WorkerServices, previous: Any | None) -> Any | None:
+    """The run's records: from the parked fetch when it stopped where this run starts (they
+    are mostly local by now), else from a new fetch."""
+    from statekeeper.kafka.range_reader import RangeFetch
+
+    if not run.ranges:  # a commit-only run (the app is stopping) reads nothing
+        return previous
+    if previous is not None:
+        if previous.continue_with(run.ranges):
+            return previous
+        previous.close()
+    return RangeFetch(
+        services.consumer_conf, run.ranges, services.settings.broker_timeout_s, continuous=True
+    )
+
+
+def _run_one(
+    run: TaskRun,
+    topology: Any,
+    services: _WorkerServices,
+    job: str,
+) -> TaskRunResult | None:
+    """Open ``run``'s task (None if another worker claimed it for ``job`` meanwhile), run
+    and commit it, and park it with its fetch."""
+    from statekeeper.worker.batch_claims import claim, is_claimed
+
+    started = time.perf_counter()
+    # The fetch starts first: the broker and librdkafka's threads deliver the batch's
+    # records while the stores open and check their changelogs.
+    fetch = _fetch_for(run, services, None)
+    state = services.env.task(run.task_id, run.partition, topology.store_specs(run.subtopology))
+    services.progress.begin(state.task_dir.path)
+    try:
+        outcomes = state.open()
+    except BaseException:
+        fetch.close()
+        raise
+    if is_claimed(state.task_dir.path, job):  # its holder ran it while we waited
+        fetch.close()
+        services.parked.park(str(state.task_dir.path), ParkedTask(state, None))
+        return None
+    claim(state.task_dir.path, job)
+    opened = time.perf_counter() - started
+    return _run_open_tasks(
+        [(run, ParkedTask(state, fetch))], topology, services, opened=(outcomes, opened)
+    )[0]
+
+
+def _run_open_tasks(
+    tasks: list[tuple[TaskRun, ParkedTask]],
+    topology: Any,
+    services: _WorkerServices,
+    opened: tuple[list[Any], float] | None = None,
+) -> list[TaskRunResult]:
+    """Process every task (parked ones, or the one task just opened: ``opened`` holds its
+    restore outcomes and open time), then commit them together (one wait for their
+    changelog records and outputs, one round trip for their markers: the broker acknowledges
+    one task's records while the next one processes), then park them. Any failure closes
+    every task not yet parked: its uncommitted writes are dropped and the next open reverts
+    the changelog tail, so the batch runs again from the last commit."""
+    from statekeeper.state.task_state_manager import commit_together
+
+    settings = services.settings
+    done: list[tuple[TaskRun, ParkedTask, TaskRunResult, float]] = []
+    try:
+        for run, task in tasks:
+            started = time.perf_counter()
+            result = _process(run, topology, services, task.state, task.fetch)
+            done.append((run, task, result, started))
+        t0 = time.perf_counter()
+        services.outputs.flush(settings.broker_timeout_s * 2)
+        commit_together(
+            [
+                (task.state, *pending)
+                for run, task, _, _ in done
+                if _commit_now(run, task.state, settings)
+                and (pending := task.state.pending_commit()) is not None
+            ]
+        )
+        commit_s = time.perf_counter() - t0
+    except BaseException:
+        for _, task in tasks:
+            task.close()
+        raise
+    results = []
+    outcomes, open_s = opened if opened else ([], 0.0)
+    for _run, task, result, started in done:
+        state = task.state
+        result.committed = not state.has_uncommitted
+        result.committed_batch_id = state.last_batch_id
+        result.committed_offsets = state.committed_offsets
+        result.warm = opened is None
+        result.worker_pid = os.getpid()
+        result.restored = [_restore_report(o) for o in outcomes]
+        result.store_entries = {
+            name: store.approximate_num_entries() for name, store in state.stores.items()
+        }
+        services.parked.park(str(state.task_dir.path), task)
+        result.seconds["open"] = open_s
+        result.seconds["commit"] = commit_s  # shared by the tasks committed together
+        result.seconds["total"] = time.perf_counter() - started + open_s
+        result.seconds = {k: round(v, 4) for k, v in result.seconds.items()}
+        results.append(result)
+    return results
+
+
+def _commit_now(run: TaskRun, state: Any, settings: StatekeeperSettings) -> bool:
+    return run.force_commit or state.commit_due(
+        settings.commit_interval_ms / 1000, settings.max_uncommitted_batches
+    )
+
+
+def _offsets_after(processed: dict[str, int], ranges: tuple[OffsetRange, ...]) -> dict[str, int]:
+    offsets = dict(processed)
+    for r in ranges:
+        key = tp_key(r.topic, r.partition)
+        offsets[key] = max(offsets.get(key, 0), r.end)
+    return offsets
+
+
+def _process(
+    run: TaskRun, topology: Any, services: _WorkerServices, state: Any, fetch: Any
+) -> TaskRunResult:
+    """Replay the backlog the state is missing, skip what it already holds and process the
+    rest; the caller decides whether to commit."""
+    result = TaskRunResult(run.task_id, run.batch_id, committed=False)
+    result.records_replayed = _replay_backlog(run, topology, services, state)
+    processed = state.processed_offsets
+    _check_no_gap(run.batch_id, run.task_id, run.ranges, processed)
+    if all(processed.get(tp_key(r.topic, r.partition), 0) >= r.end for r in run.ranges):
+        # A re-run of a batch this task already holds: nothing to read.
+        result.records_skipped = sum(r.count for r in run.ranges)
+        return result
+    timings = result.seconds
+    t0 = time.perf_counter()
+    records = fetch.read_runs()
+    timings["read"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # Records below the processed offsets (a partly committed re-run) are skipped here.
+    batch = _stream_task(run, topology, services, state).process_batch(
+        run.batch_id, run.batch_time_ms, records
+    )
+    state.mark_processed(run.batch_id, _offsets_after(processed, run.ranges))
+    timings["process"] = time.perf_counter() - t0
+    result.records_read = batch.records_read
+    result.records_processed = batch.records_processed
+    result.records_skipped = batch.records_skipped
+    result.records_late_dropped = batch.records_late_dropped
+    result.records_dlq = batch.records_dlq
+    result.records_output = batch.records_output
+    return result
+
+
+def _stream_task(run: TaskRun, topology: Any, services: _WorkerServices, state: Any) -> Any:
+    from statekeeper.processing.stream_task import StreamTask
+
+    return StreamTask(
+        topology,
+        run.subtopology,
+        run.partition,
+        state,
+        services.outputs,
+        services.settings.application_id,
+    )
+
+
+def _replay_backlog(run: TaskRun, topology: Any, services: _WorkerServices, state: Any) -> int:
+    """Re-run, oldest first, the backlog batches holding records past the state's processed
+    offsets (its worker died, or handed the task over, before committing them). Each runs
+    with its own batch id, time and ranges, so it rewrites the same state and re-emits its
+    outputs with the same dedupe ids (DESIGN.md invariant 2). Returns records processed."""
+    from statekeeper.kafka.range_reader import read_range_runs
+
+    replayed = 0
+    for past in sorted(run.backlog, key=lambda b: b.batch_id):
+        processed = state.processed_offsets
+        if not any(
+            (done := processed.get(tp_key(r.topic, r.partition))) is not None and done < r.end
+            for r in past.ranges
+        ):
+            continue
+        _check_no_gap(past.batch_id, run.task_id, past.ranges, processed)
+        records = read_range_runs(
+            services.consumer_conf, past.ranges, services.settings.broker_timeout_s
+        )
+        batch = _stream_task(run, topology, services, state).process_batch(
+            past.batch_id, past.batch_time_ms, records
+        )
+        state.mark_processed(past.batch_id, _offsets_after(processed, past.ranges))
+        replayed += batch.records_processed
+    if replayed:
+        log.warning(
+            "task %s: replayed %d record(s) of uncommitted batches before batch %d",
+            run.task_id,
+            replayed,
+            run.batch_id,
+        )
+    return replayed
+
+
+def _check_no_gap(
+    batch_id: int, tid: str, ranges: tuple[OffsetRange, ...], processed: dict[str, int]
+) -> None:
+    """A state whose processed offsets stop short of a batch's ranges would silently skip
+    records: only a backlog that no longer reaches back far enough leads here."""
+    for r in ranges:
+        done = processed.get(tp_key(r.topic, r.partition))
+        if done is not None and done < r.start:
+            raise StatekeeperError(
+                f"task {tid}: its state ends at offset {done} of "
+                f"{r.topic}[{r.partition}] but batch {batch_id} starts at {r.start}, and "
+                "the batches between are not in the backlog (were max_uncommitted_batches or "
+                "spark.sql.streaming.minBatchesToRetain lowered, or the checkpoint deleted?)"
+            )
+
+
+def _restore_report(outcome: Any) -> dict[str, Any]:
+    return {
+        "store": outcome.job.store.name,
+        "full": outcome.full,
+        "reason": outcome.job.reason,
+        "start_offset": outcome.start_offset,
+        "records": outcome.restored_records,
+        "seconds": round(outcome.seconds, 4),
+    }
+
+
+def spread_runs(runs: list[TaskRun], slots: int) -> list[list[TaskRun]]:
+    """Deal ``runs`` into at most ``slots`` shares of about equal record counts (largest
+    first, each to the least loaded share). One Spark task per share: every Spark task
+    costs a Python-worker round trip (~50 ms measured), so a batch uses one per core, not
+    one per stream task."""
+    groups: list[list[TaskRun]] = [[] for _ in range(max(1, min(slots, len(runs))))]
+    loads = [0] * len(groups)
+    for run in sorted(runs, key=lambda r: (-sum(x.count for x in r.ranges), r.task_id)):
+        least = loads.index(min(loads))
+        groups[least].append(run)
+        loads[least] += sum(x.count for x in run.ranges)
+    return [g for g in groups if g]
+
+
+def settings_to_json(settings: StatekeeperSettings) -> str:
+    """Settings as the JSON string executors rebuild them from (stable, cache key)."""
+    return json.dumps(json.loads(settings.model_dump_json()), sort_keys=True)
