@@ -47,9 +47,6 @@ class Subtopology:
     def source_topics(self, application_id: str) -> list[str]:
         return [ref.resolve(application_id) for ref in self.source_refs]
 
-    def sink_topics(self, application_id: str) -> list[str]:
-        return [ref.resolve(application_id) for ref in self.sink_refs]
-
 
 class Topology:
     """The compiled, picklable topology the runner and the stream tasks use."""

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from statekeeper.errors import StatekeeperError
 
@@ -159,11 +158,3 @@ def serde_for(name_or_serde: str | Serde[Any]) -> Serde[Any]:
                 f"unknown serde {name_or_serde!r}; choose one of {sorted(SERDES)}"
             ) from None
     return name_or_serde
-
-
-@dataclass(frozen=True)
-class KeyValueSerdes(Generic[T]):
-    """The key serde and value serde of one store."""
-
-    key: Serde[Any]
-    value: Serde[Any]
