@@ -21,7 +21,7 @@ from statekeeper.kafka.consumed_run import (
     value_column,
 )
 from statekeeper.kafka.model import KafkaRecord
-from statekeeper.processing.columns import Columns, Failures, guarded_map
+from statekeeper.processing.column_batch import Columns, Failures, guarded_map
 from statekeeper.processing.dlq import DESERIALIZATION, classify, is_fatal
 from statekeeper.processing.errors import NullKeyError
 from statekeeper.processing.nodes import ProcessorNode, SinkNode, SourceNode
@@ -56,7 +56,7 @@ def convert(fn: Any, column: list[Any]) -> tuple[list[Any], Failures]:
 
 
 class _Env:
-    """BatchEnv of one run: rejects go to the DLQ and are remembered."""
+    """ColumnBatchEnv of one run: rejects go to the DLQ and are remembered."""
 
     def __init__(self, records: Sequence[KafkaRecord], ctx: TaskContext, fail: bool) -> None:
         self.records = records

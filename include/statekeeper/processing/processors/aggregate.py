@@ -15,7 +15,7 @@ from itertools import repeat
 from operator import is_
 from typing import Any
 
-from statekeeper.processing.columns import BatchEnv, Columns
+from statekeeper.processing.column_batch import ColumnBatchEnv, Columns
 from statekeeper.processing.dlq import is_fatal
 from statekeeper.processing.errors import NullKeyError
 from statekeeper.processing.nodes import Op
@@ -74,7 +74,7 @@ class KStreamAggregateOp(Op):
         return _AggregateProcessor(self)
 
     def aggregate_batch(
-        self, cols: Columns, env: BatchEnv, store: Any, *, emits: bool = True
+        self, cols: Columns, env: ColumnBatchEnv, store: Any, *, emits: bool = True
     ) -> Columns:
         """Fold a whole batch; returns one row per changed key (value = new aggregate).
         With ``emits=False`` (nothing downstream) the rows' input records are not tracked."""
@@ -134,7 +134,7 @@ class KStreamAggregateOp(Op):
         news: list[Any],
         last: list[int],
         rows_of: Any,
-        env: BatchEnv,
+        env: ColumnBatchEnv,
     ) -> tuple[list[Any], list[Any], list[int]]:
         """Write the results with one ``put_all``. Keys whose fold raised or whose result
         does not serialize are refolded record by record from their old value, checking
@@ -197,7 +197,7 @@ def _group(cols: Columns) -> dict[Any, list[tuple[Any, int]]]:
 
 
 def _get_many(
-    store: Any, keys: list[Any], rows_of: Any, env: BatchEnv
+    store: Any, keys: list[Any], rows_of: Any, env: ColumnBatchEnv
 ) -> tuple[list[Any], list[Any]]:
     """One ``get_many``; keys the store cannot serialize dead-letter their records."""
     try:
@@ -217,7 +217,7 @@ def _get_many(
     return good, store.get_many(good)
 
 
-def _drop_unusable(cols: Columns, env: BatchEnv) -> Columns:
+def _drop_unusable(cols: Columns, env: ColumnBatchEnv) -> Columns:
     """Keyless rows go to the DLQ; rows without a value are dropped (as Kafka Streams does)."""
     if not has_none(cols.keys) and not has_none(cols.values):
         return cols

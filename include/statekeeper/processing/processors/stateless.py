@@ -11,9 +11,9 @@ from collections.abc import Callable
 from itertools import compress
 from typing import Any
 
-from statekeeper.processing.columns import (
+from statekeeper.processing.column_batch import (
     FAILED,
-    BatchEnv,
+    ColumnBatchEnv,
     Columns,
     drop_rows,
     guarded_map,
@@ -54,7 +54,7 @@ class StatelessOp(Op):
 
     # -- batch path ------------------------------------------------------------------------
 
-    def apply_batch(self, cols: Columns, env: BatchEnv) -> Columns:
+    def apply_batch(self, cols: Columns, env: ColumnBatchEnv) -> Columns:
         if not cols.keys:
             return cols
         fn, op, keys, values = self.fn, self.op, cols.keys, cols.values

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from statekeeper.processing.columns import BatchEnv, Columns, drop_rows, guarded_map
+from statekeeper.processing.column_batch import ColumnBatchEnv, Columns, drop_rows, guarded_map
 from statekeeper.processing.nodes import BatchRole, Op
 from statekeeper.processing.processor import Processor, ProcessorContext, Record
 from statekeeper.processing.processors.aggregate import check_key
@@ -79,7 +79,7 @@ class TableOp(Op):
         keep = bool(fn(key, value))  # type: ignore[misc]
         return value if keep == (op == "filter") else None
 
-    def apply_batch(self, cols: Columns, env: BatchEnv) -> Columns:
+    def apply_batch(self, cols: Columns, env: ColumnBatchEnv) -> Columns:
         if self.op == "to_stream" or not cols.keys:
             return cols
         values, failures = guarded_map(self.transform, cols.keys, cols.values)

@@ -32,7 +32,7 @@ class Columns:
         return range(len(self.keys)) if self.src is None else self.src
 
 
-class BatchEnv(Protocol):
+class ColumnBatchEnv(Protocol):
     """What batch ops need from the task."""
 
     records: Sequence[KafkaRecord]
@@ -64,7 +64,7 @@ def guarded_map(fn: Callable[..., Any], *columns: list[Any]) -> tuple[list[Any],
 
 
 def drop_rows(
-    cols: Columns, failures: Failures, env: BatchEnv, *columns: list[Any]
+    cols: Columns, failures: Failures, env: ColumnBatchEnv, *columns: list[Any]
 ) -> tuple[list[list[Any]], list[int]]:
     """Reject the failed rows (DLQ) and remove them from ``columns``; returns the kept
     columns and their input record indices."""
@@ -78,7 +78,7 @@ def drop_rows(
 
 
 def unpack_pairs(
-    pairs: list[Any], src: list[int] | range, env: BatchEnv
+    pairs: list[Any], src: list[int] | range, env: ColumnBatchEnv
 ) -> tuple[list[Any], list[Any], list[int] | range]:
     """Split ``(key, value)`` pairs into columns; a row that is not a pair goes to the DLQ."""
     try:
