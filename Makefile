@@ -58,7 +58,7 @@ test: $(STAMP)
 	$(VENV)/bin/pytest -q
 
 demo: $(STAMP)
-	$(VENV)/bin/statekeeper demo
+	$(PY) -m spark_apps.patient_monitoring.demo
 
 bench-restore: $(STAMP)
 	$(PY) benchmarks/restore_bench.py

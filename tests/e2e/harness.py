@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
+from spark_apps.app_process import AppProcess, spark_app_spec
 from statekeeper.app.spec import AppSpec, load_app_spec
-from statekeeper.demo.app_process import AppProcess, spark_app_spec
 from statekeeper.errors import StatekeeperError
 
 STARTED = ("RESTORING", "RUNNING")

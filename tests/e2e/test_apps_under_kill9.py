@@ -17,15 +17,15 @@ from collections.abc import Callable
 
 import pytest
 
+from spark_apps.patient_monitoring import reference as pm_ref
+from spark_apps.patient_monitoring.generator import patient_events
+from spark_apps.word_count import reference as wc_ref
+from spark_apps.word_count.generator import word_count_lines
 from statekeeper.app.store_reader import read_store
-from statekeeper.generate.patient_monitoring import patient_events
 from statekeeper.generate.producer import produce
-from statekeeper.generate.word_count import word_count_lines
 from statekeeper.processing.dlq import dlq_topic
 from statekeeper.processing.output_reader import read_deduped as deduped
 from statekeeper.processing.output_reader import source_positions as sources_of
-from statekeeper.recompute import patient_monitoring as pm_ref
-from statekeeper.recompute import word_count as wc_ref
 from statekeeper.recompute.reader import read_topic
 from tests.e2e.harness import AppUnderTest
 

@@ -10,8 +10,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from statekeeper.demo.events import Event, ExpectedState, recompute
 from statekeeper.kafka.adapter import producer_config
+from tests.integration.counting_events import Event, ExpectedState, recompute
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def produce_events(bootstrap: str, admin: Any, topic: str, events: list[Event]) -> None:
@@ -30,11 +32,11 @@ def run_worker(
     summary = state_dir.parent / f"summary-{app}.json"
     summary.unlink(missing_ok=True)
     cmd = [
-        sys.executable, "-m", "statekeeper.demo.counting_worker",
+        sys.executable, "-m", "tests.integration.counting_worker",
         "--bootstrap", bootstrap, "--topic", topic, "--state-dir", str(state_dir),
         "--application-id", app, "--summary", str(summary), *extra,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT)
     if expect_kill:
         assert proc.returncode == -9, f"expected SIGKILL, got {proc.returncode}: {proc.stderr}"
         return None

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from spark_apps.word_count.topology import build_topology
 from statekeeper.app.lifecycle import AppState
 from statekeeper.app.statekeeper_app import StatekeeperApp
-from statekeeper.apps.word_count import build_topology
 from statekeeper.errors import ConfigError
 from statekeeper.settings import load_settings
 

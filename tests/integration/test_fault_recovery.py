@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from statekeeper.demo.events import generate_events
+from tests.integration.counting_events import generate_events
 
 from .counting import assert_state_matches, expected_for, produce_events, run_worker
 

@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 
+from spark_apps.patient_monitoring.generator import patient_events
+from spark_apps.patient_monitoring.reference import recompute as recompute_patients
+from spark_apps.word_count.generator import word_count_lines
+from spark_apps.word_count.reference import recompute as recompute_word_count
 from statekeeper.cli import EXIT_ERROR, EXIT_OK, main
-from statekeeper.generate import (
-    partition_for_key,
-    patient_events,
-    place_records,
-    word_count_lines,
-)
-from statekeeper.recompute import read_topic, recompute_patients, recompute_word_count
+from statekeeper.generate import partition_for_key, place_records
+from statekeeper.recompute import read_topic
 
 START = 1_700_000_000_000
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from statekeeper.apps import patient_monitoring
+from spark_apps.patient_monitoring import topology as patient_monitoring
 from statekeeper.kafka.adapter import consumer_config, producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
@@ -175,8 +175,8 @@ def test_count_task_commits_restores_and_skips_processed_offsets(runner_for, top
 
 
 def test_patient_monitoring_task_restores_windows_and_suppression(runner_for, topic_name):
-    generate = pytest.importorskip("statekeeper.generate.patient_monitoring")
-    reference = pytest.importorskip("statekeeper.recompute.patient_monitoring")
+    generate = pytest.importorskip("spark_apps.patient_monitoring.generator")
+    reference = pytest.importorskip("spark_apps.patient_monitoring.reference")
     from statekeeper.generate.records import place_records
 
     generated = generate.patient_events(patients=6, minutes=15, seed=5, malformed_share=0.02)

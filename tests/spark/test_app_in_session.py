@@ -8,14 +8,15 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from spark_apps.app_process import spark_app_spec
+from spark_apps.word_count.reference import recompute
+from statekeeper.app.spec import load_app_spec
 from statekeeper.app.statekeeper_app import StatekeeperApp
 from statekeeper.app.store_reader import read_store
-from statekeeper.apps.word_count import build_topology
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic, make_admin
 from statekeeper.kafka.embedded import EmbeddedBroker
 from statekeeper.recompute.reader import read_topic
-from statekeeper.recompute.word_count import recompute
 from statekeeper.settings import StatekeeperSettings
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]
@@ -42,7 +43,8 @@ def test_app_runs_in_a_caller_session_and_reports_spark_progress(
             starting_offsets="earliest",
             status_port=None,
         )
-        topology = build_topology()
+        # Through the shipped spec: its topology file reaches the executors by value.
+        topology = load_app_spec(spark_app_spec("word_count")).build_topology()
         app = StatekeeperApp(topology, settings)
         assert app.recent_progress == []
         app.run(stop_when_idle=True, idle_s=1.0)

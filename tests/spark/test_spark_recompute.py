@@ -7,11 +7,16 @@ from typing import Any
 
 import pytest
 
-from statekeeper.generate import patient_events, place_records, word_count_lines
+from spark_apps.patient_monitoring import reference_spark as pm_spark
+from spark_apps.patient_monitoring.generator import patient_events
+from spark_apps.patient_monitoring.reference import DLQ_REASONS, PatientResult
+from spark_apps.patient_monitoring.reference import recompute as recompute_patients
+from spark_apps.word_count import reference_spark as wc_spark
+from spark_apps.word_count.generator import word_count_lines
+from spark_apps.word_count.reference import recompute as recompute_word_count
+from statekeeper.generate import place_records
 from statekeeper.kafka.model import KafkaRecord
-from statekeeper.recompute import recompute_patients, recompute_word_count
-from statekeeper.recompute import spark_recompute as sr
-from statekeeper.recompute.patient_monitoring import DLQ_REASONS, PatientResult
+from statekeeper.recompute.spark_frames import records_to_dataframe
 
 START = 1_700_000_000_000
 T = "patient-events"
@@ -38,7 +43,7 @@ def _assert_same(spark_result: PatientResult, python_result: PatientResult) -> N
 
 def test_dataframe_has_the_jvm_kafka_source_schema(spark: Any) -> None:
     records = [KafkaRecord("t", 0, 0, START, b"k", b"v", (("h", b"1"),))]
-    df = sr.records_to_dataframe(spark, records)
+    df = records_to_dataframe(spark, records)
     assert df.schema.simpleString() == (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
         "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>"
@@ -55,7 +60,7 @@ def test_word_count_agrees_with_python(spark: Any) -> None:
         word_count_lines(20_000, seed=3, malformed_share=0.02, start_ms=START), "lines", 4
     )
     expected = recompute_word_count(placed)
-    result = sr.recompute_word_count(sr.records_to_dataframe(spark, placed))
+    result = wc_spark.recompute(records_to_dataframe(spark, placed))
     assert result.counts == expected.counts
     assert result.dlq == expected.dlq and len(result.dlq) == 400
     assert result.dlq_reasons == expected.dlq_reasons
@@ -84,7 +89,7 @@ def test_patient_monitoring_agrees_with_python(
     assert set(expected.dlq_reasons.values()) == set(DLQ_REASONS)
     assert expected.late_dropped > 0 and expected.alerts
     assert any(value is None for _, value in expected.heart_rate_outputs)
-    _assert_same(sr.recompute_patients(sr.records_to_dataframe(spark, generated)), expected)
+    _assert_same(pm_spark.recompute(records_to_dataframe(spark, generated)), expected)
 
 
 def _scenarios() -> list[KafkaRecord]:
@@ -144,5 +149,5 @@ def test_hand_made_edge_cases_agree(spark: Any) -> None:
     assert expected.late_dropped == 1
     assert [a["temp_f"] for a in expected.alerts] == [102.5, 100.5]
     assert expected.windows_expired == 3
-    df = sr.records_to_dataframe(spark, records)
-    _assert_same(sr.recompute_patients(df, retention_ms=2 * W), expected)
+    df = records_to_dataframe(spark, records)
+    _assert_same(pm_spark.recompute(df, retention_ms=2 * W), expected)

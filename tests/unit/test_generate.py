@@ -8,23 +8,26 @@ from collections import Counter
 
 import pytest
 
-from statekeeper.generate import (
+from spark_apps.patient_monitoring.generator import (
     LATE_BEYOND_GRACE,
     LATE_WITHIN_GRACE,
+    patient_events,
+)
+from spark_apps.patient_monitoring.generator import MALFORMED_KINDS as PATIENT_MALFORMED
+from spark_apps.patient_monitoring.reference import DLQ_REASONS, parse_event
+from spark_apps.patient_monitoring.reference import recompute as recompute_patients
+from spark_apps.word_count.generator import MALFORMED_KINDS as LINE_MALFORMED
+from spark_apps.word_count.generator import word_count_lines
+from spark_apps.word_count.reference import recompute as recompute_word_count
+from spark_apps.word_count.reference import words
+from spark_apps.word_count.vocabulary import VOCABULARY, sentence, zipf_word
+from statekeeper.generate import (
     Partitioner,
     murmur2,
     partition_for_key,
-    patient_events,
     place_records,
     summarize,
-    word_count_lines,
 )
-from statekeeper.generate.patient_monitoring import MALFORMED_KINDS as PATIENT_MALFORMED
-from statekeeper.generate.vocabulary import VOCABULARY, sentence, zipf_word
-from statekeeper.generate.word_count import MALFORMED_KINDS as LINE_MALFORMED
-from statekeeper.recompute import recompute_patients, recompute_word_count
-from statekeeper.recompute.patient_monitoring import DLQ_REASONS, parse_event
-from statekeeper.recompute.word_count import words
 
 START = 1_700_000_000_000
 
@@ -239,7 +242,7 @@ def test_patient_events_exercise_every_dlq_rule_late_drops_and_alerts(
 
 
 def test_every_malformed_record_breaks_a_rule(events: list) -> None:  # type: ignore[type-arg]
-    from statekeeper.recompute.patient_monitoring import Malformed
+    from spark_apps.patient_monitoring.reference import Malformed
 
     for record in events:
         if record.malformed:

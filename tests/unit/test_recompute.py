@@ -7,16 +7,18 @@ from typing import Any
 
 import pytest
 
-from statekeeper.kafka.model import KafkaRecord
-from statekeeper.recompute import latest_heart_rate, recompute_patients, recompute_word_count
-from statekeeper.recompute.patient_monitoring import (
+from spark_apps.patient_monitoring.reference import (
     DLQ_BAD_TEMPERATURE,
     DLQ_MISSING_TYPE,
     DLQ_NOT_JSON_OBJECT,
     DLQ_NULL_KEY,
     DLQ_UNKNOWN_TYPE,
+    latest_heart_rate,
 )
-from statekeeper.recompute.word_count import words
+from spark_apps.patient_monitoring.reference import recompute as recompute_patients
+from spark_apps.word_count.reference import recompute as recompute_word_count
+from spark_apps.word_count.reference import words
+from statekeeper.kafka.model import KafkaRecord
 
 T = "patient-events"
 W = 60_000  # window size

@@ -8,17 +8,11 @@ from dataclasses import dataclass
 from statekeeper.kafka.model import KafkaRecord
 from statekeeper.kafka.partitioning import Partitioner
 
-#: ``GeneratedRecord.late`` values: delivered a few seconds late (inside the 5 s grace of
-#: the patient app's windows, as far as the record's own window is concerned) or minutes
-#: late (beyond it). Whether a record is actually dropped depends on the stream time of the
-#: partition it lands in; the recomputation decides that.
-LATE_WITHIN_GRACE = "within_grace"
-LATE_BEYOND_GRACE = "beyond_grace"
-
 
 @dataclass(frozen=True, slots=True)
 class GeneratedRecord:
-    """One record to produce. ``malformed`` names the broken rule; ``late`` the lateness."""
+    """One record to produce. ``malformed`` names the broken rule; ``late`` how late it is
+    delivered (labels chosen by the generator; summaries count records per label)."""
 
     key: bytes | None
     value: bytes | None

@@ -1,22 +1,14 @@
-"""Independent reference recomputation of the example apps' results.
+"""Helpers for reference recomputations: independent models an app's results are checked with.
 
-Plain per-record Python written from the apps' contract (no :mod:`statekeeper.runtime`), a
-topic reader, and a Spark batch recomputation (:mod:`statekeeper.recompute.spark_recompute`,
-imported on demand) that must agree with the Python models. Tests, the demo and restore
-drills compare the apps' stores and outputs with these.
+An app's reference model (``spark_apps/<app>/reference.py``: plain per-record Python written
+from the app's contract, sharing no code with the runtime) and its Spark batch recomputation
+(``reference_spark.py``) use these: :func:`by_task` splits input records into tasks, a
+topic reader reads a whole input topic, and :mod:`statekeeper.recompute.spark_frames`
+(imported on demand) builds the DataFrame a Spark recomputation reads. Tests, the demo and
+restore drills compare an app's stores and outputs with such models.
 """
 
-from statekeeper.recompute.patient_monitoring import PatientResult, latest_heart_rate
-from statekeeper.recompute.patient_monitoring import recompute as recompute_patients
+from statekeeper.recompute.grouping import RecordsInput, by_task
 from statekeeper.recompute.reader import read_topic
-from statekeeper.recompute.word_count import WordCountResult
-from statekeeper.recompute.word_count import recompute as recompute_word_count
 
-__all__ = [
-    "PatientResult",
-    "WordCountResult",
-    "latest_heart_rate",
-    "read_topic",
-    "recompute_patients",
-    "recompute_word_count",
-]
+__all__ = ["RecordsInput", "by_task", "read_topic"]

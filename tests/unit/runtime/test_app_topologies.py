@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from statekeeper.apps import patient_monitoring, word_count
+from spark_apps.patient_monitoring import topology as patient_monitoring
+from spark_apps.word_count import topology as word_count
 from statekeeper.kafka.model import KafkaRecord
 
 from .harness import as_json, records
@@ -135,8 +136,8 @@ def _run_partitioned(harness, topology, placed, *, subtopology=0, batch_size=700
 
 
 def test_patient_monitoring_matches_the_reference_model(harness):
-    generate = pytest.importorskip("statekeeper.generate.patient_monitoring")
-    reference = pytest.importorskip("statekeeper.recompute.patient_monitoring")
+    generate = pytest.importorskip("spark_apps.patient_monitoring.generator")
+    reference = pytest.importorskip("spark_apps.patient_monitoring.reference")
     generated = generate.patient_events(patients=12, minutes=20, seed=7, malformed_share=0.02)
     placed = _partitions(generated, "patient-events", 3)
     expected = reference.recompute(placed)
@@ -161,8 +162,8 @@ def test_patient_monitoring_matches_the_reference_model(harness):
 
 
 def test_word_count_matches_the_reference_model(harness, vectorize):
-    generate = pytest.importorskip("statekeeper.generate.word_count")
-    reference = pytest.importorskip("statekeeper.recompute.word_count")
+    generate = pytest.importorskip("spark_apps.word_count.generator")
+    reference = pytest.importorskip("spark_apps.word_count.reference")
     generated = generate.word_count_lines(2_000, seed=3)
     placed = _partitions(generated, "lines", 2)
     expected = reference.recompute(placed)

@@ -7,7 +7,8 @@ import pickle
 import pytest
 from pyspark import cloudpickle
 
-from statekeeper.apps import patient_monitoring, word_count
+from spark_apps.patient_monitoring import topology as patient_monitoring
+from spark_apps.word_count import topology as word_count
 from statekeeper.processing.dsl import Grouped, Materialized, StreamsBuilder
 from statekeeper.processing.errors import TopologyError
 

@@ -7,6 +7,9 @@ patient-events (key patient id, JSON value with ``type``) → validate (bad reco
 - temperature: joined with ``heart-rate``; bpm > 100 and temp_f > 100.4 → ``patient-alerts``;
 - checkout: a custom Processor deletes the patient's heart-rate entry (tombstone to the
   table and the topic), pulse windows and pending suppressed windows.
+
+The spec loads this file by path and Spark ships its functions to the executors by value:
+import only statekeeper and the standard library here.
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ def build_topology(
     bpm_threshold: float = 100,
     temp_threshold: float = 100.4,
 ) -> Topology:
+    """The patient_monitoring topology on the given topics, windows and thresholds."""
     builder = StreamsBuilder()
     events = builder.stream(input_topic, key_serde="str", value_serde="json").peek(
         validate_event, name="validate-event"

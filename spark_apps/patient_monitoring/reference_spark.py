@@ -1,9 +1,10 @@
-"""Spark batch recomputation of the example apps, for the demo and restore drills.
+"""Spark batch recomputation of patient_monitoring, for the demo, tests and drills.
 
-Input is a DataFrame with the columns of Spark's JVM Kafka source (``key`` binary, ``value``
-binary, ``topic``, ``partition``, ``offset``, ``timestamp``, ...), as the
-``statekeeper_kafka`` data source reads it. Everything is computed with DataFrame
-operations and agrees with the plain-Python models in this package (tests check that):
+Reads a DataFrame of the input topic with the JVM Kafka source's columns (the
+``statekeeper_kafka`` data source, or
+:func:`~statekeeper.recompute.spark_frames.records_to_dataframe`).
+Everything is computed with DataFrame operations and agrees with the plain-Python model
+:mod:`spark_apps.patient_monitoring.reference` (tests check that):
 
 - a task's stream time before a record is a running max over its partition in offset
   order: ``max(ts) over (partition by topic, partition order by offset rows between
@@ -19,108 +20,22 @@ pyspark is imported lazily: this module is only imported where Spark runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from statekeeper.recompute import patient_monitoring as pm
-from statekeeper.recompute import word_count as wc
-from statekeeper.recompute.grouping import RecordsInput, by_task
+from spark_apps.patient_monitoring import reference
+from statekeeper.recompute.spark_frames import value_text
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-
-#: Schema of Spark's JVM Kafka source (and of the ``statekeeper_kafka`` data source).
-KAFKA_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int, headers array<struct<key: string, value: binary>>"
-)
+    from pyspark.sql import DataFrame
 
 _TP = ["topic", "partition"]
 
 
-def records_to_dataframe(spark: SparkSession, records: RecordsInput) -> DataFrame:
-    """A DataFrame with the JVM Kafka source's schema holding ``records`` (for tests/drills)."""
-    from pyspark.sql import functions as F
-
-    rows: list[tuple[Any, ...]] = [
-        (
-            r.key,
-            r.value,
-            r.topic,
-            r.partition,
-            r.offset,
-            r.timestamp_ms,
-            0,
-            [(k, v) for k, v in r.headers],
-        )
-        for _, task in by_task(records)
-        for r in task
-    ]
-    raw = spark.createDataFrame(
-        rows,
-        "key binary, value binary, topic string, partition int, offset long, ts long, "
-        "timestampType int, headers array<struct<key: string, value: binary>>",
-    )
-    return raw.select(
-        "key",
-        "value",
-        "topic",
-        "partition",
-        "offset",
-        F.timestamp_millis("ts").alias("timestamp"),
-        "timestampType",
-        "headers",
-    )
-
-
-def _text() -> Column:
-    from pyspark.sql import functions as F
-
-    return F.col("value").cast("string")
-
-
-# --- word_count ---------------------------------------------------------------------------
-
-
-def word_count_frames(df: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """``(counts[word, count], dlq[topic, partition, offset, reason])`` of the lines topic."""
-    from pyspark.sql import functions as F
-
-    text = _text()
-    reason = (
-        F.when(F.col("value").isNull(), F.lit(wc.DLQ_NULL_VALUE))
-        .when(~F.is_valid_utf8(text), F.lit(wc.DLQ_INVALID_UTF8))
-        .otherwise(F.lit(None).cast("string"))
-    )
-    classified = df.withColumn("reason", reason)
-    split = F.regexp_extract_all(F.lower(_text()), F.lit(wc.WORD_PATTERN.pattern), 0)
-    words = classified.where(F.col("reason").isNull()).select(F.explode(split).alias("word"))
-    counts = words.groupBy("word").count()
-    dlq = classified.where(F.col("reason").isNotNull()).select(*_TP, "offset", "reason")
-    return counts, dlq
-
-
-def recompute_word_count(df: DataFrame) -> wc.WordCountResult:
-    """:func:`word_count_frames`, collected into a :class:`WordCountResult`."""
-    counts_df, dlq_df = word_count_frames(df)
-    result = wc.WordCountResult()
-    result.counts = {row["word"]: int(row["count"]) for row in counts_df.collect()}
-    result.words = sum(result.counts.values())
-    for row in dlq_df.orderBy(*_TP, "offset").collect():
-        position = (row["topic"], int(row["partition"]), int(row["offset"]))
-        result.dlq.append(position)
-        result.dlq_reasons[position] = row["reason"]
-    result.records = df.count()
-    return result
-
-
-# --- patient_monitoring -------------------------------------------------------------------
-
-
-def classify_patient_events(df: DataFrame) -> DataFrame:
+def classify_events(df: DataFrame) -> DataFrame:
     """Add ``reason`` (DLQ reason or null), ``patient``, ``type``, ``temp_f``, ``ts`` (ms)."""
     from pyspark.sql import functions as F
 
-    text = _text()
+    text = value_text()
     # json_object_keys is null unless the value is a JSON object (and, unlike a map, it
     # never fails on duplicate keys).
     keys = F.json_object_keys(text)
@@ -134,16 +49,16 @@ def classify_patient_events(df: DataFrame) -> DataFrame:
     )
     kind = F.col("_event.type")
     reason = (
-        F.when(F.col("key").isNull(), F.lit(pm.DLQ_NULL_KEY))
+        F.when(F.col("key").isNull(), F.lit(reference.DLQ_NULL_KEY))
         .when(
             F.col("value").isNull() | ~F.col("_utf8") | F.col("_keys").isNull(),
-            F.lit(pm.DLQ_NOT_JSON_OBJECT),
+            F.lit(reference.DLQ_NOT_JSON_OBJECT),
         )
-        .when(~F.array_contains("_keys", F.lit("type")), F.lit(pm.DLQ_MISSING_TYPE))
-        .when(kind.isNull() | ~kind.isin(*pm.EVENT_TYPES), F.lit(pm.DLQ_UNKNOWN_TYPE))
+        .when(~F.array_contains("_keys", F.lit("type")), F.lit(reference.DLQ_MISSING_TYPE))
+        .when(kind.isNull() | ~kind.isin(*reference.EVENT_TYPES), F.lit(reference.DLQ_UNKNOWN_TYPE))
         .when(
             (kind == "temperature") & F.col("_event.temp_f").isNull(),
-            F.lit(pm.DLQ_BAD_TEMPERATURE),
+            F.lit(reference.DLQ_BAD_TEMPERATURE),
         )
         .otherwise(F.lit(None).cast("string"))
     )
@@ -158,7 +73,7 @@ def classify_patient_events(df: DataFrame) -> DataFrame:
     )
 
 
-def patient_frames(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> dict[str, DataFrame]:
+def frames(df: DataFrame, retention_ms: int = reference.RETENTION_MS) -> dict[str, DataFrame]:
     """The patient app's expected results as DataFrames (see the module docstring).
 
     Keys: ``classified`` (every input record with its DLQ reason; cached), ``dlq``,
@@ -170,7 +85,7 @@ def patient_frames(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> dict[s
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    classified = classify_patient_events(df).cache()
+    classified = classify_events(df).cache()
     dlq = classified.where(F.col("reason").isNotNull()).select(*_TP, "offset", "reason")
     valid = classified.where(F.col("reason").isNull()).drop("reason")
 
@@ -189,10 +104,10 @@ def patient_frames(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> dict[s
         }
     ).cache()
 
-    close_ms = pm.WINDOW_MS + pm.GRACE_MS
+    close_ms = reference.WINDOW_MS + reference.GRACE_MS
     pulses = (
         events.where(F.col("type") == "pulse")
-        .withColumn("window_start", F.col("ts") - F.pmod(F.col("ts"), F.lit(pm.WINDOW_MS)))
+        .withColumn("window_start", F.col("ts") - F.pmod(F.col("ts"), F.lit(reference.WINDOW_MS)))
         .withColumn(
             "late",
             F.col("prior").isNotNull() & (F.col("window_start") + close_ms <= F.col("prior")),
@@ -228,7 +143,7 @@ def patient_frames(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> dict[s
     closing = (
         events.withColumn(
             "closes",
-            F.floor((F.col("st") - close_ms) / pm.WINDOW_MS) * pm.WINDOW_MS,
+            F.floor((F.col("st") - close_ms) / reference.WINDOW_MS) * reference.WINDOW_MS,
         )
         .groupBy(*_TP, "closes")
         .agg(F.min("offset").alias("closed_at"))
@@ -304,7 +219,7 @@ def patient_frames(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> dict[s
         )
         .unionByName(
             events.where(
-                (F.col("type") == "temperature") & (F.col("temp_f") > pm.TEMP_THRESHOLD_F)
+                (F.col("type") == "temperature") & (F.col("temp_f") > reference.TEMP_THRESHOLD_F)
             ).select(
                 *_TP,
                 "patient",
@@ -325,7 +240,7 @@ def patient_frames(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> dict[s
     alerts = (
         timeline.where(F.col("temp_f").isNotNull() | F.col("state").isNotNull())
         .withColumn("seen", F.last("state", ignorenulls=True).over(before))
-        .where(F.col("temp_f").isNotNull() & (F.col("seen.bpm") > pm.BPM_THRESHOLD))
+        .where(F.col("temp_f").isNotNull() & (F.col("seen.bpm") > reference.BPM_THRESHOLD))
         .select(
             *_TP,
             "offset",
@@ -362,29 +277,31 @@ def patient_frames(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> dict[s
     }
 
 
-def recompute_patients(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> pm.PatientResult:
-    """:func:`patient_frames`, collected into a :class:`PatientResult` (small results only)."""
+def recompute(
+    df: DataFrame, retention_ms: int = reference.RETENTION_MS
+) -> reference.PatientResult:
+    """:func:`frames`, collected into a :class:`PatientResult` (small results only)."""
     from pyspark.sql import functions as F
 
-    frames = patient_frames(df, retention_ms)
-    result = pm.PatientResult()
-    result.records = frames["classified"].count()
-    for row in frames["dlq"].orderBy(*_TP, "offset").collect():
+    computed = frames(df, retention_ms)
+    result = reference.PatientResult()
+    result.records = computed["classified"].count()
+    for row in computed["dlq"].orderBy(*_TP, "offset").collect():
         position = (row["topic"], int(row["partition"]), int(row["offset"]))
         result.dlq.append(position)
         result.dlq_reasons[position] = row["reason"]
-    result.late_dropped = frames["pulses"].where(F.col("late")).count()
+    result.late_dropped = computed["pulses"].where(F.col("late")).count()
     result.pulse_windows = {
         (row["patient"], int(row["window_start"])): int(row["count"])
-        for row in frames["pulse_windows"].collect()
+        for row in computed["pulse_windows"].collect()
     }
-    result.windows_expired = frames["expired_windows"].count()
-    for row in frames["heart_rate"].orderBy(*_TP, "patient").collect():
+    result.windows_expired = computed["expired_windows"].count()
+    for row in computed["heart_rate"].orderBy(*_TP, "patient").collect():
         result.heart_rate[row["patient"]] = {
             "bpm": int(row["bpm"]),
             "window_start": int(row["window_start"]),
         }
-    for row in frames["alerts"].orderBy(*_TP, "offset").collect():
+    for row in computed["alerts"].orderBy(*_TP, "offset").collect():
         result.alerts.append(
             {
                 "patient_id": row["patient_id"],
@@ -395,10 +312,10 @@ def recompute_patients(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> pm
             }
         )
     outputs = (
-        frames["emissions"]
+        computed["emissions"]
         .select(*_TP, "offset", F.lit(1).alias("kind"), "window_start", "patient", "bpm")
         .unionByName(
-            frames["checkouts"].select(
+            computed["checkouts"].select(
                 *_TP,
                 "offset",
                 F.lit(0).alias("kind"),
@@ -414,19 +331,6 @@ def recompute_patients(df: DataFrame, retention_ms: int = pm.RETENTION_MS) -> pm
         if row["kind"] == 1:
             value = {"bpm": int(row["bpm"]), "window_start": int(row["window_start"])}
         result.heart_rate_outputs.append((row["patient"], value))
-    for row in frames["stream_time"].collect():
+    for row in computed["stream_time"].collect():
         result.stream_time[(row["topic"], int(row["partition"]))] = int(row["stream_time"])
     return result
-
-
-def recompute_records(
-    spark: SparkSession, app: str, records: RecordsInput
-) -> wc.WordCountResult | pm.PatientResult:
-    """Convenience for drills: build the DataFrame and recompute ``app`` (word_count or
-    patient_monitoring)."""
-    df = records_to_dataframe(spark, records)
-    if app == "word_count":
-        return recompute_word_count(df)
-    if app == "patient_monitoring":
-        return recompute_patients(df)
-    raise ValueError(f"unknown app {app!r}: use word_count or patient_monitoring")

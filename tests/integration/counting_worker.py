@@ -4,9 +4,10 @@ It reads one input partition in fixed offset ranges (the batch after a commit is
 ``size`` offsets, like the offset log Spark writes before running a batch), updates
 a RocksDB store, an in-memory store, an LRU store and a window store, and commits through
 the task state manager. ``--crash-at STEP:BATCH`` kills the process with SIGKILL at a
-commit step, which is how the fault tests and the demo pull the plug.
+commit step, which is how the fault tests pull the plug.
 
-Run: ``python -m statekeeper.demo.counting_worker --bootstrap H:P --topic T --state-dir D``
+Run from the repository root:
+``python -m tests.integration.counting_worker --bootstrap H:P --topic T --state-dir D``
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from statekeeper.changelog.progress import RichRestoreProgress
-from statekeeper.demo.events import LRU_CAPACITY, WINDOW_RETENTION_MS, WINDOW_SIZE_MS, Event
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.settings import load_settings
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores import Stores, StoreSpec
+from tests.integration.counting_events import (
+    LRU_CAPACITY,
+    WINDOW_RETENTION_MS,
+    WINDOW_SIZE_MS,
+    Event,
+)
 
 CRASH_STEPS = ("mid_batch", "changelog_produced", "markers_written", "stores_committed")
 

@@ -3,6 +3,9 @@
 lines (value UTF-8 text) → words = ``[a-z0-9']+`` of the lower-cased line → re-keyed by word
 through ``<app>-words-repartition`` → count in store ``word-counts`` → topic ``word-counts``
 (key word, value the count as an ascii int). A None or non-UTF-8 value goes to the DLQ.
+
+The spec loads this file by path and Spark ships its functions to the executors by value:
+import only statekeeper and the standard library here.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def build_topology(
     output_topic: str = "word-counts",
     store: str = "word-counts",
 ) -> Topology:
+    """The word_count topology on the given topics and store."""
     builder = StreamsBuilder()
     lines = builder.stream(input_topic, key_serde="bytes", value_serde="str")
     counts = (

@@ -1,6 +1,6 @@
 """An app run as a child process: start it, watch its status file, kill -9 it.
 
-Used by ``make demo`` and the end-to-end fault tests. The child gets its own process
+Used by the demo (``make demo``) and the end-to-end fault tests. The child gets its own process
 group, so ``kill9`` takes down the Spark JVM and every Python worker at once — what a
 machine failure looks like.
 """
@@ -20,12 +20,12 @@ from typing import Any
 
 from statekeeper.errors import StatekeeperError
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+SPARK_APPS = Path(__file__).resolve().parent
 
 
 def spark_app_spec(name: str) -> Path:
-    """The spec shipped in ``spark_apps/<name>/`` of this checkout."""
-    folder = REPO_ROOT / "spark_apps" / name
+    """The spec shipped in ``spark_apps/<name>/``."""
+    folder = SPARK_APPS / name
     specs = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.toml"))
     if not specs:
         raise StatekeeperError(f"no app spec found in {folder}")

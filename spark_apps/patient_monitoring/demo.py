@@ -3,20 +3,25 @@
 Generate patient events → run the app → ``kill -9`` it mid-stream → delete one task's state
 directory → restart → print the restores (partial vs full), the alerts, and a check of every
 store and output against a Spark batch recomputation from the input topic.
+
+    python -m spark_apps.patient_monitoring.demo [--patients 40 --minutes 30 --seed 7]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from spark_apps.app_process import AppProcess, spark_app_spec
 from statekeeper.app.spec import load_app_spec
-from statekeeper.demo.app_process import AppProcess, spark_app_spec
+from statekeeper.generate.command import positive_float, positive_int
 from statekeeper.kafka.embedded import EmbeddedBroker
 
 console = Console(width=max(Console().width, 110))
@@ -45,7 +50,7 @@ def _restore_table(status: dict[str, Any]) -> Table:
 def _spark_recompute(bootstrap: str, topic: str) -> Any:
     from pyspark.sql import SparkSession
 
-    from statekeeper.recompute.spark_recompute import recompute_patients
+    from spark_apps.patient_monitoring import reference_spark
     from statekeeper.spark.kafka_source import register_sources
     from statekeeper.spark.session_env import prepare_spark_env
 
@@ -72,7 +77,7 @@ def _spark_recompute(bootstrap: str, topic: str) -> Any:
             .option("endingOffsets", "latest")
             .load()
         )
-        return recompute_patients(df)
+        return reference_spark.recompute(df)
     finally:
         spark.stop()
 
@@ -85,12 +90,13 @@ def _compare(name: str, got: Any, want: Any, problems: list[str]) -> None:
 
 
 def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
+    """Run the demo; 0 if every store and output equals the recomputation, else 1."""
+    from spark_apps.patient_monitoring import reference
+    from spark_apps.patient_monitoring.generator import patient_events
     from statekeeper.app.store_reader import read_store
-    from statekeeper.generate.patient_monitoring import patient_events
     from statekeeper.generate.producer import produce
     from statekeeper.processing.dlq import dlq_topic
     from statekeeper.processing.output_reader import read_deduped, source_positions
-    from statekeeper.recompute import patient_monitoring as reference
     from statekeeper.recompute.reader import read_topic
 
     work = Path("var/demo").resolve()
@@ -179,3 +185,21 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
         "nothing lost, nothing applied twice[/]"
     )
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line of the demo; the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m spark_apps.patient_monitoring.demo",
+        description="patient_monitoring on Spark end to end: kill -9, lost task state, "
+        "exact recovery",
+    )
+    parser.add_argument("--patients", type=positive_int, default=40)
+    parser.add_argument("--minutes", type=positive_float, default=30.0)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    return run(args.patients, args.minutes, args.seed)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

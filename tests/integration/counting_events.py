@@ -2,7 +2,7 @@
 
 Each input record has a string key and a JSON value ``{"op": "add"|"delete", "ts": ms}``.
 The reference model recomputes every store's expected content without touching a store,
-so tests and the demo compare the restored state with an independent computation.
+so the fault tests compare the restored state with an independent computation.
 """
 
 from __future__ import annotations

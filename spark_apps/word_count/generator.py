@@ -1,14 +1,21 @@
-"""Input for the word_count app: text lines, some keyed by a source id, a few malformed."""
+"""Input for the word_count app: text lines, some keyed by a source id, a few malformed.
+
+    python -m spark_apps.word_count.generator --bootstrap 127.0.0.1:9092 --count 100000
+
+(or ``statekeeper generate word-count ...`` from the repository root).
+"""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
+from spark_apps.word_count.vocabulary import sentence
+from statekeeper.generate import command
 from statekeeper.generate.records import GeneratedRecord, check_share
-from statekeeper.generate.vocabulary import sentence
 
 DEFAULT_TOPIC = "lines"
+INTERVAL_MS = 10
 
 #: Malformed kinds; each breaks the app's one rule "value is valid UTF-8 text".
 MALFORMED_KINDS = ("invalid_utf8", "null_value")
@@ -24,7 +31,7 @@ def word_count_lines(
     malformed_share: float = 0.01,
     keyed_share: float = 0.5,
     sources: int = 8,
-    interval_ms: int = 10,
+    interval_ms: int = INTERVAL_MS,
 ) -> Iterator[GeneratedRecord]:
     """Yield ``count`` lines (malformed ones included), the same ones for the same arguments.
 
@@ -75,3 +82,37 @@ def _is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Produce word_count lines to Kafka; the exit code."""
+    parser = command.generator_parser(
+        "statekeeper generate word-count",
+        "text lines for word_count: Zipf-distributed words, keys null or a source id",
+        topic=DEFAULT_TOPIC,
+        malformed=0.01,
+    )
+    parser.add_argument(
+        "--count", type=command.positive_int, default=100_000, help="records (default: 100000)"
+    )
+    parser.add_argument(
+        "--keyed-share",
+        type=command.share,
+        default=0.5,
+        help="share of lines keyed by a source id, the rest have null keys (default: 0.5)",
+    )
+    args = parser.parse_args(argv)
+    first_ms = command.start_ms(args, args.count * INTERVAL_MS)
+    records = word_count_lines(
+        args.count,
+        seed=args.seed,
+        start_ms=first_ms,
+        malformed_share=args.malformed_share,
+        keyed_share=args.keyed_share,
+        interval_ms=INTERVAL_MS,
+    )
+    return command.produce_command(args, "word-count", records, args.count, first_ms)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,22 +10,30 @@ Out-of-order delivery is simulated: ``late_share`` of the pulse and temperature 
 arrive late, half a few seconds late (inside the windows' 5 s grace) and half 10 s to
 3 min late (beyond it). Malformed records are spread in, cycling through one kind per DLQ
 rule of the app (:data:`MALFORMED_KINDS`).
+
+    python -m spark_apps.patient_monitoring.generator --bootstrap 127.0.0.1:9092 --patients 50
+
+(or ``statekeeper generate patient-monitoring ...`` from the repository root).
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from statekeeper.generate.records import (
-    LATE_BEYOND_GRACE,
-    LATE_WITHIN_GRACE,
-    GeneratedRecord,
-    check_share,
-)
+from statekeeper.generate import command
+from statekeeper.generate.records import GeneratedRecord, check_share
 
 DEFAULT_TOPIC = "patient-events"
+
+#: ``GeneratedRecord.late`` values: delivered a few seconds late (inside the 5 s grace of
+#: the app's windows, as far as the record's own window is concerned) or minutes late
+#: (beyond it). Whether a record is actually dropped depends on the stream time of the
+#: partition it lands in; the reference model decides that.
+LATE_WITHIN_GRACE = "within_grace"
+LATE_BEYOND_GRACE = "beyond_grace"
 
 #: Malformed kinds and the contract's DLQ rule each one breaks.
 MALFORMED_KINDS: dict[str, str] = {
@@ -261,3 +269,52 @@ def _malformed(rng: random.Random, kind: str, pid: str, ts: int) -> GeneratedRec
     else:  # pragma: no cover - MALFORMED_KINDS is closed
         raise ValueError(f"unknown malformed kind {kind!r}")
     return GeneratedRecord(key, value, ts, malformed=kind)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Produce patient_monitoring events to Kafka; the exit code."""
+    parser = command.generator_parser(
+        "statekeeper generate patient-monitoring",
+        "pulses, temperatures and checkouts for patient_monitoring, with late and malformed "
+        "records",
+        topic=DEFAULT_TOPIC,
+        malformed=0.005,
+    )
+    parser.add_argument(
+        "--patients", type=command.positive_int, default=50, help="patients (default: 50)"
+    )
+    parser.add_argument(
+        "--minutes",
+        type=command.positive_float,
+        default=30.0,
+        help="simulated event-time duration, minutes (default: 30)",
+    )
+    parser.add_argument(
+        "--late-share",
+        type=command.share,
+        default=0.01,
+        help="share of pulses/temperatures delivered late, half within the 5 s grace and "
+        "half beyond (default: 0.01)",
+    )
+    parser.add_argument(
+        "--checkout-share",
+        type=command.share,
+        default=0.2,
+        help="share of patients who check out; half of them are re-admitted (default: 0.2)",
+    )
+    args = parser.parse_args(argv)
+    first_ms = command.start_ms(args, int(args.minutes * _MINUTE))
+    records = patient_events(
+        args.patients,
+        args.minutes,
+        seed=args.seed,
+        start_ms=first_ms,
+        malformed_share=args.malformed_share,
+        late_share=args.late_share,
+        checkout_share=args.checkout_share,
+    )
+    return command.produce_command(args, "patient-monitoring", records, len(records), first_ms)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

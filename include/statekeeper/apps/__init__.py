@@ -1,1 +1,0 @@
-"""Example stateful apps built with the DSL (``module:build_topology`` for app specs)."""

@@ -1,0 +1,1 @@
+"""patient_monitoring: pulse windows, heart rate, alerts, checkouts (see topology.py)."""

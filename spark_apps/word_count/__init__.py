@@ -1,0 +1,1 @@
+"""word_count: lines -> words -> counts (see topology.py)."""
