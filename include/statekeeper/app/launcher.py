@@ -45,6 +45,20 @@ def run_app(
     return app.board.snapshot()
 
 
+def configure_logging(level: int = logging.INFO) -> None:
+    """Log an app run quietly: statekeeper at ``level`` (one line per batch at INFO), every
+    other Python library at WARNING.
+
+    py4j logs each call from the JVM at INFO ("Received command c on object id p0" for every
+    micro-batch), so the root logger stays at WARNING. Spark's own log level is set on the
+    session (WARN).
+    """
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("statekeeper").setLevel(level)
+
+
 def add_run_arguments(parser: argparse.ArgumentParser, *, spec_required: bool) -> None:
     parser.add_argument("--spec", required=spec_required, help="app spec (.yaml/.toml)")
     parser.add_argument(
@@ -66,9 +80,7 @@ def main(default_spec: Path | None = None, argv: Sequence[str] | None = None) ->
     parser = argparse.ArgumentParser(description="Run a statekeeper app on Spark")
     add_run_arguments(parser, spec_required=default_spec is None)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
     try:
         status = run_app(
             args.spec or default_spec, parse_overrides(args.set), stop_when_idle=args.stop_when_idle

@@ -230,7 +230,11 @@ class StatekeeperApp:
         from pyspark.conf import SparkConf
         from pyspark.sql import SparkSession
 
-        from statekeeper.spark.session_env import LOCAL_CHECKPOINT_CONF, prepare_spark_env
+        from statekeeper.spark.session_env import (
+            LOCAL_CHECKPOINT_CONF,
+            prepare_spark_env,
+            quiet_spark_logs,
+        )
 
         env_conf = prepare_spark_env()
         SparkContext._ensure_initialized()  # so SparkConf sees spark-submit's --master
@@ -253,8 +257,8 @@ class StatekeeperApp:
                 builder = builder.config(key, value)
         own_session = SparkSession.getActiveSession() is None
         spark = builder.getOrCreate()
-        if own_session:  # a caller's session keeps the log level it chose
-            spark.sparkContext.setLogLevel("WARN")
+        if own_session:  # a caller's session keeps the log levels it chose
+            quiet_spark_logs(spark)
         from statekeeper.spark.kafka_source import register_sources
 
         register_sources(spark)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 #: The directory that contains the ``statekeeper`` package (``include/`` in a checkout).
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -27,12 +28,20 @@ LOCAL_CHECKPOINT_CONF = {
     ),
 }
 
+#: How pyspark launches its JVM from a plain Python process (``statekeeper app run``, tests).
+#: It names the JVM a "pyspark-shell", and spark-submit turns the console progress bar on for
+#: shells: the JVM then starts with ``spark.ui.showConsoleProgress=true``, which a session's
+#: defaults do not override. Saying ``false`` on the launch command keeps stage bars off.
+QUIET_GATEWAY_SUBMIT_ARGS = "--conf spark.ui.showConsoleProgress=false pyspark-shell"
+
 
 def prepare_spark_env() -> dict[str, str]:
-    """Set SPARK_LOCAL_IP, PYSPARK_PYTHON/DRIVER_PYTHON and PYTHONPATH unless already set.
+    """Set SPARK_LOCAL_IP, PYSPARK_PYTHON/DRIVER_PYTHON, PYTHONPATH and PYSPARK_SUBMIT_ARGS
+    unless already set; call it before the first SparkContext starts the JVM.
 
     Returns the Spark confs that carry the same into executors.
     """
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", QUIET_GATEWAY_SUBMIT_ARGS)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -40,3 +49,20 @@ def prepare_spark_env() -> dict[str, str]:
     if PACKAGE_ROOT not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *paths])
     return {"spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"]}
+
+
+#: Spark loggers kept below WARN in a session statekeeper starts. Under a backlog every
+#: micro-batch outlasts the trigger interval and ProcessingTimeExecutor warns each time; the
+#: app's own line per batch already gives the batch's duration.
+QUIET_SPARK_LOGGERS = {
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor": "ERROR",
+}
+
+
+def quiet_spark_logs(spark: Any) -> None:
+    """Spark's logs at WARN, and the per-batch warnings of :data:`QUIET_SPARK_LOGGERS` off."""
+    context = spark.sparkContext
+    context.setLogLevel("WARN")
+    log4j = context._jvm.org.apache.logging.log4j
+    for name, level in QUIET_SPARK_LOGGERS.items():
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.toLevel(level))
