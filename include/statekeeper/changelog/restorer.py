@@ -1,21 +1,21 @@
 """Rebuilds stores from their changelog partitions, up to the last commit marker.
 
-Reads each partition to EOF (invariant 5), applies only records that a commit marker
-closes (invariant 2) in bounded write batches, and hands back the uncommitted tail so the
-task state manager can decide to drop it or roll it forward. Several partitions restore in
-parallel threads; librdkafka fetches outside the GIL.
+Reads each partition to EOF (invariant 5) with the shared
+:class:`~statekeeper.kafka.partition_reader.PartitionReader`, applies only records that a
+commit marker closes (invariant 2) in bounded write batches, and hands back the uncommitted
+tail so the task state manager can decide to drop it or roll it forward. Several partitions
+restore in parallel threads; librdkafka fetches outside the GIL.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from operator import methodcaller
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer
 
 from statekeeper.changelog.listeners import BaseRestoreListener, StateRestoreListener
 from statekeeper.changelog.records import MARKER_KEY, CommitMarker
@@ -24,11 +24,18 @@ from statekeeper.errors import (
     ChangelogCorruptError,
     ChangelogTopicError,
 )
+from statekeeper.kafka.offsets import watermarks
+from statekeeper.kafka.partition_reader import (
+    NullKeyError,
+    OffsetOutOfRangeError,
+    PartitionFetchError,
+    PartitionMissingError,
+    PartitionReader,
+    ReadStalledError,
+    assign_at,
+    eof_consumer,
+)
 from statekeeper.stores.base import StoreMetadata
-
-_CONSUME_CHUNK = 20_000
-_MISSING_TOPIC = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION)
-_POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (ENVIRONMENT.md)
 
 
 class InconsistentStateError(Exception):
@@ -109,22 +116,6 @@ class ChangelogRestorer:
 
     # -- one partition ---------------------------------------------------------------------
 
-    def _consumer(self) -> Consumer:
-        config = dict(self._consumer_config)
-        config.update(
-            {
-                "group.id": f"statekeeper-restore-{uuid.uuid4().hex[:12]}",
-                "enable.partition.eof": True,
-                "enable.auto.commit": False,
-                # An offset outside the changelog must be an error, not a silent jump.
-                "auto.offset.reset": "error",
-                # Don't let the broker park a fetch at the end of the partition: EOF is
-                # what a restore waits for.
-                "fetch.wait.max.ms": 10,
-            }
-        )
-        return Consumer(config)
-
     def _restore_from(self, job: RestoreJob, meta: StoreMetadata) -> RestoreOutcome:
         tp = (job.topic, job.partition)
         store_name = job.store.name
@@ -142,7 +133,7 @@ class ChangelogRestorer:
             marker_offset=checkpoint,
             full=full,
         )
-        consumer = self._consumer()
+        consumer = eof_consumer(self._consumer_config, "restore")
         try:
             low, high = self._watermarks(consumer, job)
             if checkpoint is not None and not low <= checkpoint < high:
@@ -152,14 +143,17 @@ class ChangelogRestorer:
                     f"checkpointed offset {checkpoint} is outside changelog "
                     f"{job.topic}[{job.partition}] (offsets {low}..{high - 1})"
                 )
-            consumer.assign(
-                [TopicPartition(job.topic, job.partition, OFFSET_BEGINNING if full else checkpoint)]
-            )
+            # A partial restore re-reads the checkpointed marker to verify it.
+            starts = {tp: OFFSET_BEGINNING if checkpoint is None else checkpoint}
+            assign_at(consumer, starts)
             self.listener.on_restore_start(tp, store_name, outcome.start_offset, high)
             started = time.perf_counter()
-            self._read_to_eof(
-                consumer, job, outcome, verify_offset=checkpoint, meta=meta, high=high
+            # The high watermark sizes each consume() so a short tail (the usual restart)
+            # returns at once; a trailing one only means another round.
+            reader = PartitionReader(
+                consumer, starts, size_hints={tp: high}, timeout_s=self.timeout_s, keyed=True
             )
+            self._apply(reader, job, outcome, verify_offset=checkpoint, meta=meta)
             outcome.seconds = time.perf_counter() - started
         finally:
             consumer.close()
@@ -167,30 +161,30 @@ class ChangelogRestorer:
         return outcome
 
     def _watermarks(self, consumer: Consumer, job: RestoreJob) -> tuple[int, int]:
+        tp = (job.topic, job.partition)
         try:
-            return consumer.get_watermark_offsets(
-                TopicPartition(job.topic, job.partition), timeout=self.timeout_s, cached=False
-            )
-        except KafkaException as exc:
-            if exc.args and exc.args[0].code() in _MISSING_TOPIC:
-                raise ChangelogTopicError(
-                    f"changelog {job.topic}[{job.partition}] does not exist: {exc}"
-                ) from exc
+            lows, highs = watermarks(consumer, [tp], self.timeout_s)
+        except PartitionMissingError as exc:
+            raise ChangelogTopicError(
+                f"changelog {job.topic}[{job.partition}] does not exist: {exc}"
+            ) from exc
+        except BrokerUnavailableError as exc:
             raise BrokerUnavailableError(
                 f"cannot read offsets of changelog {job.topic}[{job.partition}] within "
                 f"{self.timeout_s:.0f} s: {exc}"
             ) from exc
+        return lows[tp], highs[tp]
 
-    def _read_to_eof(
+    def _apply(
         self,
-        consumer: Consumer,
+        reader: PartitionReader,
         job: RestoreJob,
         outcome: RestoreOutcome,
         *,
         verify_offset: int | None,
         meta: StoreMetadata,
-        high: int,
     ) -> None:
+        """Apply the records ``reader`` reads to the store, up to the last commit marker."""
         where = f"{job.topic}[{job.partition}]"
         tp = (job.topic, job.partition)
         # Records are deduplicated by key as they arrive: values are absolute (invariant 1),
@@ -202,8 +196,7 @@ class ChangelogRestorer:
         uncommitted_count = 0
         pending_meta: StoreMetadata | None = None
         need_verify = verify_offset is not None
-        deadline = time.monotonic() + self.timeout_s
-        key_of, value_of = methodcaller("key"), methodcaller("value")
+        value_of = methodcaller("value")
 
         def write_committed() -> None:
             nonlocal committed, committed_count, pending_meta
@@ -215,100 +208,76 @@ class ChangelogRestorer:
                 )
             committed, committed_count, pending_meta = {}, 0, None
 
-        position = outcome.start_offset if verify_offset is None else verify_offset
-        while True:
-            # consume() waits out its timeout unless it gets num_messages: ask for what the
-            # high watermark says is left, plus one for the end-of-partition event, so a
-            # short tail (the usual restart) returns at once. A trailing watermark only
-            # means another round.
-            wanted = max(1, min(_CONSUME_CHUNK, high - position + 1))
-            msgs = consumer.consume(wanted, _POLL_TIMEOUT_S)
-            if not msgs:
-                if time.monotonic() > deadline:
-                    raise BrokerUnavailableError(
-                        f"changelog {where}: no data and no end-of-partition within "
-                        f"{self.timeout_s:.0f} s (broker unreachable?)"
+        try:
+            for _, msgs, keys in reader:
+                assert keys is not None  # a keyed read
+                if need_verify:
+                    need_verify = False
+                    self._verify_checkpoint(msgs, keys, verify_offset, meta, where)
+                    if msgs[0].offset() == verify_offset:
+                        msgs, keys = msgs[1:], keys[1:]
+                values = list(map(value_of, msgs))
+                outcome.restored_bytes += sum(map(len, keys)) + sum(map(len, filter(None, values)))
+                start = 0
+                while True:
+                    try:
+                        idx = keys.index(MARKER_KEY, start)
+                    except ValueError:
+                        break
+                    # The marker closes everything before it.
+                    uncommitted.update(zip(keys[start:idx], values[start:idx], strict=True))
+                    uncommitted_count += idx - start
+                    if committed:
+                        committed.update(uncommitted)
+                    else:
+                        committed = uncommitted
+                    committed_count += uncommitted_count
+                    uncommitted, uncommitted_count = {}, 0
+                    marker_offset = msgs[idx].offset()
+                    marker = CommitMarker.decode(
+                        values[idx], where=f"{where} offset {marker_offset}"
                     )
-                continue
-            deadline = time.monotonic() + self.timeout_s
-            position = max(position, msgs[-1].offset() + 1)
-            keys = list(map(key_of, msgs))
-            eof = False
-            if None in keys:
-                msgs, keys, eof = self._handle_events(msgs, keys, where)
-            if need_verify:
-                need_verify = False
-                self._verify_checkpoint(msgs, keys, verify_offset, meta, where, eof)
-                if msgs and msgs[0].offset() == verify_offset:
-                    msgs, keys = msgs[1:], keys[1:]
-            values = list(map(value_of, msgs))
-            outcome.restored_bytes += sum(map(len, keys)) + sum(map(len, filter(None, values)))
-            start = 0
-            while True:
-                try:
-                    idx = keys.index(MARKER_KEY, start)
-                except ValueError:
-                    break
-                # The marker closes everything before it.
-                uncommitted.update(zip(keys[start:idx], values[start:idx], strict=True))
-                uncommitted_count += idx - start
-                if committed:
-                    committed.update(uncommitted)
+                    outcome.last_marker, outcome.marker_offset = marker, marker_offset
+                    pending_meta = StoreMetadata(
+                        changelog_offset=marker_offset,
+                        batch_id=marker.batch_id,
+                        source_offsets=marker.source_offsets,
+                    )
+                    start = idx + 1
+                    if len(committed) >= self.batch_records:
+                        write_committed()
+                if start:
+                    uncommitted.update(zip(keys[start:], values[start:], strict=True))
                 else:
-                    committed = uncommitted
-                committed_count += uncommitted_count
-                uncommitted, uncommitted_count = {}, 0
-                marker_offset = msgs[idx].offset()
-                marker = CommitMarker.decode(values[idx], where=f"{where} offset {marker_offset}")
-                outcome.last_marker, outcome.marker_offset = marker, marker_offset
-                pending_meta = StoreMetadata(
-                    changelog_offset=marker_offset,
-                    batch_id=marker.batch_id,
-                    source_offsets=marker.source_offsets,
-                )
-                start = idx + 1
-                if len(committed) >= self.batch_records:
-                    write_committed()
-            if start:
-                uncommitted.update(zip(keys[start:], values[start:], strict=True))
-            else:
-                uncommitted.update(zip(keys, values, strict=True))
-            uncommitted_count += len(keys) - start
-            if eof:
-                break
+                    uncommitted.update(zip(keys, values, strict=True))
+                uncommitted_count += len(keys) - start
+        except PartitionMissingError as exc:
+            raise ChangelogTopicError(
+                f"changelog {where} does not exist: {exc.reason}; create the app's changelog "
+                "topics (statekeeper creates them at start) or fix the name"
+            ) from exc
+        except OffsetOutOfRangeError as exc:
+            raise InconsistentStateError(
+                f"checkpointed offset is outside changelog {where}: {exc.reason}"
+            ) from exc
+        except NullKeyError as exc:
+            raise ChangelogCorruptError(
+                f"changelog {where} offset {exc.offset} has a null key; changelog records "
+                "always carry the store key (was something else producing to this topic?)"
+            ) from exc
+        except ReadStalledError as exc:
+            raise BrokerUnavailableError(
+                f"changelog {where}: no data and no end-of-partition within "
+                f"{self.timeout_s:.0f} s (broker unreachable?)"
+            ) from exc
+        except PartitionFetchError as exc:
+            raise BrokerUnavailableError(f"reading changelog {where}: {exc.reason}") from exc
+        if need_verify:
+            raise InconsistentStateError(
+                f"checkpointed offset {verify_offset} is beyond the end of changelog {where}"
+            )
         write_committed()
         outcome.tail = list(uncommitted.items())
-
-    @staticmethod
-    def _handle_events(
-        msgs: list[Any], keys: list[bytes | None], where: str
-    ) -> tuple[list[Any], list[bytes], bool]:
-        """Split partition EOF and errors from records; a null-key record is corrupt."""
-        kept_msgs, kept_keys, eof = [], [], False
-        for msg, key in zip(msgs, keys, strict=True):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    eof = True
-                    continue
-                if err.code() in _MISSING_TOPIC:
-                    raise ChangelogTopicError(
-                        f"changelog {where} does not exist: {err.str()}; create the app's "
-                        "changelog topics (statekeeper creates them at start) or fix the name"
-                    )
-                if err.code() == KafkaError._AUTO_OFFSET_RESET or "out of range" in err.str():
-                    raise InconsistentStateError(
-                        f"checkpointed offset is outside changelog {where}: {err.str()}"
-                    )
-                raise BrokerUnavailableError(f"reading changelog {where}: {err.str()}")
-            if key is None:
-                raise ChangelogCorruptError(
-                    f"changelog {where} offset {msg.offset()} has a null key; changelog records "
-                    "always carry the store key (was something else producing to this topic?)"
-                )
-            kept_msgs.append(msg)
-            kept_keys.append(key)
-        return kept_msgs, kept_keys, eof
 
     @staticmethod
     def _verify_checkpoint(
@@ -317,15 +286,8 @@ class ChangelogRestorer:
         offset: int | None,
         meta: StoreMetadata,
         where: str,
-        eof: bool,
     ) -> None:
         """The checkpointed offset must hold our marker (or have been compacted away)."""
-        if not msgs:
-            if eof:
-                raise InconsistentStateError(
-                    f"checkpointed offset {offset} is beyond the end of changelog {where}"
-                )
-            return
         first = msgs[0]
         if first.offset() != offset:
             return  # compacted: a later marker for the same key exists further on

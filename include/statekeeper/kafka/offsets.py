@@ -4,52 +4,31 @@
 the start of the last produce batch + 1. So the end is *read*, not asked for (invariant 5):
 one consumer asks for all watermarks in one request, starts every partition at
 ``max(low, high - 1)`` — the first record of the last batch on such brokers, the last record
-on Kafka — and consumes to the partition-EOF event, whose offset is the log end. On a broker
-whose watermark is right this reads at most one record per partition.
+on Kafka — and reads to partition EOF with the shared
+:class:`~statekeeper.kafka.partition_reader.PartitionReader`; the EOF offset is the log end.
+On a broker whose watermark is right this reads at most one produce batch per partition.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
+
+from statekeeper.errors import BrokerUnavailableError
+from statekeeper.kafka.partition_reader import (
+    MISSING_CODES,
+    TP,
+    PartitionMissingError,
+    PartitionReader,
+    assign_at,
+    eof_consumer,
 )
-
-from statekeeper.errors import BrokerUnavailableError, StatekeeperError
-
-TP = tuple[str, int]
 
 # consume() waits its whole timeout unless it fills num_messages; the end is a few records
 # and an EOF event away, so poll briefly.
 _POLL_TIMEOUT_S = 0.005
-_CONSUME_CHUNK = 20_000
-_MISSING = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION)
-
-
-def eof_consumer(consumer_conf: dict[str, Any], **overrides: Any) -> Consumer:
-    """A consumer that reports partition EOF promptly and never commits or joins a group."""
-    config = dict(consumer_conf)
-    config.update(
-        {
-            "group.id": f"statekeeper-offsets-{uuid.uuid4().hex[:12]}",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            # Don't let the broker park an empty fetch: EOF is what the caller waits for.
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    config.update(overrides)
-    return Consumer(config)
 
 
 def log_start_offsets(
@@ -59,7 +38,7 @@ def log_start_offsets(
     tps = _unique(partitions)
     if not tps:
         return {}
-    consumer = eof_consumer(consumer_conf)
+    consumer = eof_consumer(consumer_conf, "offsets")
     try:
         return watermarks(consumer, tps, timeout_s)[0]
     finally:
@@ -98,16 +77,29 @@ class LogEndReader:
         self._consumer: Consumer | None = None
 
     def read(self, partitions: Iterable[TP]) -> dict[TP, int]:
+        """The log end offset of each of ``partitions``."""
         tps = _unique(partitions)
         if not tps:
             return {}
         if self._consumer is None:
-            self._consumer = eof_consumer(self.consumer_conf, **{"auto.offset.reset": "latest"})
+            # A start already deleted by retention may jump to the end: only the end counts.
+            self._consumer = eof_consumer(
+                self.consumer_conf, "offsets", **{"auto.offset.reset": "latest"}
+            )
         consumer = self._consumer
         try:
             lows, highs = watermarks(consumer, tps, self.timeout_s)
             starts = {tp: max(lows[tp], highs[tp] - 1) for tp in tps}
-            ends = read_to_eof_positions(consumer, starts, self.timeout_s, highs)
+            assign_at(consumer, starts)
+            reader = PartitionReader(
+                consumer,
+                starts,
+                size_hints=highs,
+                timeout_s=self.timeout_s,
+                poll_timeout_s=_POLL_TIMEOUT_S,
+            )
+            positions = reader.drain()
+            ends = {tp: positions[tp] for tp in tps}
             # The next read assigns afresh; no partition may stay paused from this one.
             consumer.resume([TopicPartition(t, p) for t, p in tps])
             consumer.unassign()
@@ -117,6 +109,7 @@ class LogEndReader:
             raise
 
     def close(self) -> None:
+        """Close the consumer (the next :meth:`read` opens a new one)."""
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
             consumer.close()
@@ -128,64 +121,14 @@ def watermarks(
     """(low, high) watermarks of ``tps``, one ListOffsets round trip each.
 
     ``offsets_for_times`` with the protocol's special timestamps -2 (earliest) and -1
-    (latest) batches all partitions per broker, unlike ``get_watermark_offsets``.
+    (latest) batches all partitions per broker, unlike ``get_watermark_offsets``. The high
+    watermark may trail the log end (see the module docstring): use it as a size hint or a
+    lower bound, never as the end. A missing partition raises
+    :class:`~statekeeper.kafka.partition_reader.PartitionMissingError`.
     """
     return _list_offsets(consumer, tps, OFFSET_BEGINNING, timeout_s), _list_offsets(
         consumer, tps, OFFSET_END, timeout_s
     )
-
-
-def read_to_eof_positions(
-    consumer: Consumer,
-    starts: dict[TP, int],
-    timeout_s: float,
-    expected_ends: dict[TP, int] | None = None,
-) -> dict[TP, int]:
-    """Assign ``starts``, consume everything to partition EOF, return each EOF position.
-
-    ``expected_ends`` (e.g. high watermarks) only size each ``consume()`` call, which
-    otherwise waits out its timeout for a full chunk; a wrong guess costs another round.
-    """
-    consumer.assign([TopicPartition(t, p, off) for (t, p), off in starts.items()])
-    ends: dict[TP, int] = {}
-    seen_end = dict(starts)  # last record offset + 1, a lower bound of the end
-    deadline = time.monotonic() + timeout_s
-    while len(ends) < len(starts):
-        wanted = _CONSUME_CHUNK
-        if expected_ends is not None:  # the records left plus one EOF event per partition
-            wanted = sum(
-                max(0, expected_ends.get(tp, 0) - seen_end[tp]) + 1
-                for tp in starts
-                if tp not in ends
-            )
-        msgs = consumer.consume(min(wanted, _CONSUME_CHUNK), _POLL_TIMEOUT_S)
-        if not msgs:
-            if time.monotonic() > deadline:
-                missing = sorted(set(starts) - set(ends))
-                raise BrokerUnavailableError(
-                    f"no end-of-partition within {timeout_s:g} s for "
-                    f"{_describe(missing)} (broker unreachable or overloaded?)"
-                )
-            continue
-        deadline = time.monotonic() + timeout_s
-        for msg in msgs:
-            err = msg.error()
-            tp = (msg.topic(), msg.partition())
-            if err is None:
-                off = msg.offset() + 1
-                if off > seen_end.get(tp, 0):
-                    seen_end[tp] = off
-                continue
-            if err.code() == KafkaError._PARTITION_EOF:
-                ends[tp] = max(msg.offset(), seen_end.get(tp, 0))
-                consumer.pause([TopicPartition(tp[0], tp[1])])
-            elif err.code() in _MISSING:
-                raise StatekeeperError(f"{_describe([tp])} does not exist: {err.str()}")
-            else:
-                raise BrokerUnavailableError(
-                    f"reading to the end of {_describe([tp])}: {err.str()}"
-                )
-    return ends
 
 
 def _list_offsets(consumer: Consumer, tps: list[TP], which: int, timeout_s: float) -> dict[TP, int]:
@@ -196,10 +139,12 @@ def _list_offsets(consumer: Consumer, tps: list[TP], which: int, timeout_s: floa
     except KafkaException as exc:
         error = exc.args[0] if exc.args else exc
         code = error.code() if hasattr(error, "code") else None
-        if code in _MISSING:
-            raise StatekeeperError(
+        if code in MISSING_CODES:
+            raise PartitionMissingError(
                 f"cannot list {label} offsets: a partition of {_describe(tps)} does not exist "
-                f"({exc})"
+                f"({exc})",
+                tps[0],
+                str(exc),
             ) from exc
         raise BrokerUnavailableError(
             f"cannot list {label} offsets of {_describe(tps)} within {timeout_s:g} s: {exc}"
@@ -208,8 +153,10 @@ def _list_offsets(consumer: Consumer, tps: list[TP], which: int, timeout_s: floa
     for tp in answered:
         key = (tp.topic, tp.partition)
         if tp.error is not None:
-            if tp.error.code() in _MISSING:
-                raise StatekeeperError(f"{_describe([key])} does not exist: {tp.error.str()}")
+            if tp.error.code() in MISSING_CODES:
+                raise PartitionMissingError(
+                    f"{_describe([key])} does not exist: {tp.error.str()}", key, tp.error.str()
+                )
             raise BrokerUnavailableError(
                 f"cannot list {label} offset of {_describe([key])}: {tp.error.str()}"
             )

@@ -1,11 +1,12 @@
 """Read exact offset ranges ``[start, end)`` of many partitions, fast.
 
-One consumer is assigned every non-empty range at its start offset; records are consumed
-in large chunks (``consume(num_messages=20000, timeout=0.05)``; a one-shot read prefetches
-what its ranges need, a continuous one up to :data:`READ_AHEAD_KBYTES`), records at or past
-a range's end are dropped, and a partition is paused as soon as its range is complete: its
-record at ``end - 1`` arrived, or partition EOF at or past ``end`` (the last offsets of a
-range may be transaction markers or compacted away, which no consumer ever sees).
+One consumer is assigned every non-empty range at its start offset and read by the shared
+:class:`~statekeeper.kafka.partition_reader.PartitionReader` in large chunks
+(``consume(num_messages=20000, timeout=0.05)``; a one-shot read prefetches what its ranges
+need, a continuous one up to :data:`READ_AHEAD_KBYTES`): records at or past a range's end are
+dropped, and a partition is paused as soon as its range is complete: its record at
+``end - 1`` arrived, or partition EOF at or past ``end`` (the last offsets of a range may be
+transaction markers or compacted away, which no consumer ever sees).
 
 Three views of the same stream:
 - :func:`iter_partition_runs` yields ``(tp, messages)``: raw ``confluent_kafka.Message``
@@ -18,29 +19,29 @@ Within one partition records always come in offset order.
 
 from __future__ import annotations
 
-import time
-from bisect import bisect_left
 from collections.abc import Iterable, Iterator
-from itertools import groupby
-from operator import methodcaller
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from statekeeper.errors import BrokerUnavailableError, StatekeeperError
 from statekeeper.kafka.adapter import READ_TO_EOF_PREFETCH
 from statekeeper.kafka.consumed_run import ConsumedRun, to_records
 from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
-from statekeeper.kafka.offsets import (
+from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets, watermarks
+from statekeeper.kafka.partition_reader import (
+    DEFAULT_CHUNK,
+    OffsetOutOfRangeError,
+    PartitionFetchError,
+    PartitionMissingError,
+    PartitionReader,
+    ReadStalledError,
+    assign_at,
     eof_consumer,
-    log_end_offsets,
-    log_start_offsets,
-    watermarks,
 )
 
 TP = tuple[str, int]
 
-DEFAULT_CHUNK = 20_000
 READ_AHEAD_KBYTES = 32 * 1024  # per partition of a continuous fetch (librdkafka: 64 MiB)
 # A continuous fetch idles at the log end between batches. The broker answers a parked fetch
 # as soon as data arrives, so a longer wait adds no latency to new records; it only delays
@@ -48,13 +49,6 @@ READ_AHEAD_KBYTES = 32 * 1024  # per partition of a continuous fetch (librdkafka
 # embedded broker ~16 % of a core (measured); at 100 ms, a tenth of that.
 CONTINUOUS_FETCH_WAIT_MS = 100
 BOUNDED_FETCH_BYTES = 1024 * 1024  # per partition and fetch of a one-shot read
-_POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (ENVIRONMENT.md)
-_error = methodcaller("error")
-_offset = methodcaller("offset")
-_partition = methodcaller("partition")
-_topic = methodcaller("topic")
-_MISSING = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION)
-_OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 
 
 def bounded_fetch_overrides(
@@ -166,17 +160,15 @@ class RangeFetch:
         self._next: dict[TP, int] | None = None  # where the consumer continues, if it can
         self._consumer: Consumer | None = None
         if self._wanted:
-            # Out of range must be an error, never a silent jump to another offset.
-            overrides: dict[str, Any] = {"auto.offset.reset": "error"}
+            # eof_consumer: an offset out of range is an error, never a silent jump.
+            overrides: dict[str, Any] = {}
             if continuous:  # it reads ahead while idle: bound what it holds per partition
                 overrides["queued.max.messages.kbytes"] = READ_AHEAD_KBYTES
                 overrides["fetch.wait.max.ms"] = CONTINUOUS_FETCH_WAIT_MS
             else:
                 overrides.update(bounded_fetch_overrides(self._wanted, consumer_conf))
-            self._consumer = eof_consumer(consumer_conf, **overrides)
-            self._consumer.assign(
-                [TopicPartition(t, p, start) for (t, p), (start, _) in self._wanted.items()]
-            )
+            self._consumer = eof_consumer(consumer_conf, "ranges", **overrides)
+            assign_at(self._consumer, {tp: start for tp, (start, _) in self._wanted.items()})
 
     def runs(self) -> Iterator[tuple[TP, list[Message]]]:
         """The records as ``(tp, messages)`` runs (each range once)."""
@@ -250,115 +242,55 @@ def _consume(
     pause: bool = True,
     overshot: set[TP] | None = None,
 ) -> Iterator[tuple[TP, list[Message]]]:
-    """Records of ``wanted`` from an assigned consumer. A finished partition is paused
-    (``pause``) or left fetching; records past an end that were taken from the queue are
-    dropped and their partition added to ``overshot``."""
-    overshot = set() if overshot is None else overshot
-    ends = {tp: end for tp, (_, end) in wanted.items()}
-    position = {tp: start for tp, (start, _) in wanted.items()}  # next offset expected
-    pending = set(ends)
-    topics = {t for t, _ in wanted}
-    only_topic = next(iter(topics)) if len(topics) == 1 else None
-    only_tp = next(iter(wanted)) if len(wanted) == 1 else None
-    deadline = time.monotonic() + timeout_s
-    while pending:
-        # consume() waits out its timeout unless it gets num_messages: never ask for more than
-        # the ranges still need, so the last chunk returns at once (and, reading one
-        # partition, nothing past its end leaves the queue).
-        needed = sum(ends[tp] - position[tp] for tp in pending)
-        msgs = consumer.consume(max(1, min(chunk_size, needed)), _POLL_TIMEOUT_S)
-        if not msgs:
-            if time.monotonic() > deadline:
-                _raise_stalled(consumer_conf, wanted, position, pending, timeout_s)
-            continue
-        deadline = time.monotonic() + timeout_s
-        # Per-message work stays in C (map/any/count/groupby), not in a Python loop.
-        events: list[Message] = []
-        if any(map(_error, msgs)):  # KafkaError is always truthy; None is not
-            events = [m for m in msgs if m.error() is not None]
-            msgs = [m for m in msgs if m.error() is None]
-        runs = _runs(msgs, only_topic) if only_tp is None else [(only_tp, msgs)] if msgs else []
-        for tp, run in runs:
-            if tp not in pending:
-                overshot.add(tp)  # past the end of a finished range
-                continue
-            end = ends[tp]
-            if run[-1].offset() >= end - 1:
-                if run[-1].offset() >= end:
-                    run = run[: bisect_left(run, end, key=_offset)]
-                    overshot.add(tp)
-                _finish(consumer, tp, pending, pause)
-            if run:
-                position[tp] = run[-1].offset() + 1
-                yield tp, run
-        for msg in events:
-            tp = (msg.topic(), msg.partition())
-            _handle_event(consumer, msg, msg.error(), tp, wanted, ends, pending, pause)
-
-
-def _runs(msgs: list[Message], only_topic: str | None) -> Iterator[tuple[TP, list[Message]]]:
-    """Split ``msgs`` into maximal runs of one partition (librdkafka hands out whole fetched
-    batches, so a chunk is a few long runs)."""
-    if not msgs:
-        return
-    if only_topic is None:
-        keys: list[Any] = list(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
-    else:
-        keys = list(map(_partition, msgs))
-    first = keys[0]
-    if keys.count(first) == len(keys):
-        yield (first if only_topic is None else (only_topic, first)), msgs
-        return
-    start = 0
-    for key, group in groupby(keys):
-        stop = start + sum(1 for _ in group)
-        yield (key if only_topic is None else (only_topic, key)), msgs[start:stop]
-        start = stop
-
-
-def _handle_event(
-    consumer: Consumer,
-    msg: Message,
-    err: KafkaError,
-    tp: TP,
-    wanted: dict[TP, tuple[int, int]],
-    ends: dict[TP, int],
-    pending: set[TP],
-    pause: bool,
-) -> None:
-    code = err.code()
-    if code == KafkaError._PARTITION_EOF:  # stale ones (below the end) mean nothing
-        if tp in pending and msg.offset() >= ends[tp]:
-            _finish(consumer, tp, pending, pause)
-        return
-    where = f"{tp[0]}[{tp[1]}]"
-    start, end = wanted.get(tp, (-1, -1))
-    if code in _MISSING:
+    """Records of ``wanted`` from an assigned consumer, read by the shared
+    :class:`PartitionReader`. A finished partition is paused (``pause``) or left fetching;
+    records past an end that were taken from the queue are dropped and their partition added
+    to ``overshot``. Read errors become :class:`RangeReadError` where the range is at fault."""
+    reader = PartitionReader(
+        consumer,
+        {tp: start for tp, (start, _) in wanted.items()},
+        ends={tp: end for tp, (_, end) in wanted.items()},
+        # The ranges were planned from log ends: an EOF below one is stale.
+        ends_exist=True,
+        timeout_s=timeout_s,
+        chunk_size=chunk_size,
+        pause_finished=pause,
+    )
+    try:
+        for tp, run, _ in reader:
+            yield tp, run
+    except ReadStalledError as exc:
+        _raise_stalled(consumer_conf, wanted, exc.positions, exc.pending, timeout_s)
+    except PartitionMissingError as exc:
+        start, end = wanted.get(exc.tp, (-1, -1))
         raise RangeReadError(
-            f"cannot read offsets {start}..{end - 1} of {where}: the partition does not exist "
-            f"({err.str()})"
-        )
-    if code in _OUT_OF_RANGE or "out of range" in err.str().lower():
-        raise RangeReadError(_out_of_range_message(consumer, tp, start, end, err.str()))
-    raise BrokerUnavailableError(f"reading offsets {start}..{end - 1} of {where}: {err.str()}")
-
-
-def _finish(consumer: Consumer, tp: TP, pending: set[TP], pause: bool) -> None:
-    if tp in pending:
-        pending.discard(tp)
-        if pause:
-            consumer.pause([TopicPartition(tp[0], tp[1])])
+            f"cannot read offsets {start}..{end - 1} of {exc.tp[0]}[{exc.tp[1]}]: the partition "
+            f"does not exist ({exc.reason})"
+        ) from exc
+    except OffsetOutOfRangeError as exc:
+        start, end = wanted.get(exc.tp, (-1, -1))
+        raise RangeReadError(
+            _out_of_range_message(consumer, exc.tp, start, end, exc.reason)
+        ) from exc
+    except PartitionFetchError as exc:
+        start, end = wanted.get(exc.tp, (-1, -1))
+        raise BrokerUnavailableError(
+            f"reading offsets {start}..{end - 1} of {exc.tp[0]}[{exc.tp[1]}]: {exc.reason}"
+        ) from exc
+    finally:
+        if overshot is not None:
+            overshot.update(reader.overshot)
 
 
 def _raise_stalled(
     consumer_conf: dict[str, Any],
     wanted: dict[TP, tuple[int, int]],
     position: dict[TP, int],
-    pending: set[TP],
+    stuck: list[TP],
     timeout_s: float,
 ) -> None:
-    """No progress for ``timeout_s``: say why, as precisely as the broker lets us."""
-    stuck = sorted(pending)
+    """No progress for ``timeout_s`` on the ``stuck`` partitions: say why, as precisely as
+    the broker lets us."""
     probe_s = min(timeout_s, 5.0)
     try:
         lows = log_start_offsets(consumer_conf, stuck, probe_s)
