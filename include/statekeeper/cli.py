@@ -190,206 +190,69 @@ def _cmd_broker_status(args: argparse.Namespace) -> int:
     return EXIT_OK if status["running"] else EXIT_NOT_RUNNING
 
 
-# --- generate -----------------------------------------------------------------------------
+# --- generate and demo: tools of the shipped apps in ./spark_apps -------------------------
 
 
-def _share(text: str) -> float:
-    """argparse type: a fraction between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
-    return value
+def _shipped_app_module(app: str, module: str) -> Any:
+    """Import ``spark_apps.<app>.<module>`` from the current directory (a checkout)."""
+    import importlib
 
-
-def _malformed_share(text: str) -> float:
-    """argparse type: a fraction in [0, 1) (some records must be valid)."""
-    value = _share(text)
-    if value >= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    folder = app.replace("-", "_")
+    root = Path.cwd()
+    if not (root / "spark_apps" / folder / f"{module}.py").is_file():
+        raise StatekeeperError(
+            f"no spark_apps/{folder}/{module}.py under {root}: run this from the statekeeper "
+            "repository, where the shipped apps live"
+        )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # the app's modules import each other as spark_apps.*
+    return importlib.import_module(f"spark_apps.{folder}.{module}")
 
 
 def _add_generate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     generate = _subcommand(
-        commands, "generate", "produce realistic, seed-deterministic input for the example apps"
+        commands,
+        "generate",
+        "produce seed-deterministic input for a shipped app (spark_apps/APP/generator.py)",
+        _cmd_generate,
     )
-    kinds = generate.add_subparsers(title="generators", metavar="GENERATOR")
-
-    def common(sub: argparse.ArgumentParser, topic: str, malformed: float) -> None:
-        sub.add_argument(
-            "--bootstrap",
-            help="Kafka bootstrap servers (default: STATEKEEPER_BOOTSTRAP_SERVERS or "
-            "127.0.0.1:9092)",
-        )
-        sub.add_argument("--topic", default=topic, help=f"input topic (default: {topic})")
-        sub.add_argument(
-            "--partitions",
-            type=_positive_int,
-            default=4,
-            help="partitions of the topic; created if missing (default: 4)",
-        )
-        sub.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
-        sub.add_argument(
-            "--malformed-share",
-            type=_malformed_share,
-            default=malformed,
-            help=f"share of malformed records (default: {malformed})",
-        )
-        sub.add_argument(
-            "--start-ms",
-            type=int,
-            help="event time of the first record, epoch ms (default: chosen so the data ends "
-            "about now); pass it with --seed to reproduce a run exactly",
-        )
-        sub.add_argument(
-            "--timeout", type=float, default=60.0, help="broker timeout, seconds (default: 60)"
-        )
-        sub.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    words = _subcommand(
-        kinds,
-        "word-count",
-        "text lines for word_count: Zipf-distributed words, keys null or a source id",
-        _cmd_generate_word_count,
+    generate.add_argument(
+        "app", metavar="APP", help="word-count or patient-monitoring (a folder of spark_apps/)"
     )
-    words.add_argument(
-        "--count", type=_positive_int, default=100_000, help="records (default: 100000)"
+    generate.add_argument(
+        "options",
+        nargs=argparse.REMAINDER,
+        metavar="...",
+        help="the generator's options (`statekeeper generate APP --help` lists them)",
     )
-    words.add_argument(
-        "--keyed-share",
-        type=_share,
-        default=0.5,
-        help="share of lines keyed by a source id, the rest have null keys (default: 0.5)",
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    options = list(args.options) + (["--json"] if args.json else [])
+    return int(_shipped_app_module(args.app, "generator").main(options))
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = _subcommand(
+        commands,
+        "demo",
+        "patient_monitoring on Spark end to end: kill -9, lost task state, exact recovery "
+        "(spark_apps/patient_monitoring/demo.py)",
+        _cmd_demo,
     )
-    common(words, "lines", 0.01)
-
-    patients = _subcommand(
-        kinds,
-        "patient-monitoring",
-        "pulses, temperatures and checkouts for patient_monitoring, with late and malformed "
-        "records",
-        _cmd_generate_patient_monitoring,
-    )
-    patients.add_argument(
-        "--patients", type=_positive_int, default=50, help="patients (default: 50)"
-    )
-    patients.add_argument(
-        "--minutes",
-        type=_positive_float,
-        default=30.0,
-        help="simulated event-time duration, minutes (default: 30)",
-    )
-    patients.add_argument(
-        "--late-share",
-        type=_share,
-        default=0.01,
-        help="share of pulses/temperatures delivered late, half within the 5 s grace and "
-        "half beyond (default: 0.01)",
-    )
-    patients.add_argument(
-        "--checkout-share",
-        type=_share,
-        default=0.2,
-        help="share of patients who check out; half of them are re-admitted (default: 0.2)",
-    )
-    common(patients, "patient-events", 0.005)
+    # Passed on to the demo, which checks them and knows the defaults.
+    demo.add_argument("--patients", help="patients to simulate (default: 40)")
+    demo.add_argument("--minutes", help="event-time span, minutes (default: 30)")
+    demo.add_argument("--seed", help="random seed (default: 7)")
 
 
-def _generate_bootstrap(args: argparse.Namespace) -> str:
-    if args.bootstrap:
-        return str(args.bootstrap)
-    from statekeeper.settings import load_settings
-
-    return load_settings().bootstrap_servers
-
-
-def _show_progress(args: argparse.Namespace) -> bool:
-    return not args.json and not args.no_progress and sys.stderr.isatty()
-
-
-def _now_minus(span_ms: int) -> int:
-    import time
-
-    return (int(time.time() * 1000) - span_ms) // 1000 * 1000
-
-
-def _produce_generated(
-    args: argparse.Namespace, generator: str, records: Any, total: int | None, start_ms: int
-) -> int:
-    from statekeeper.generate.producer import produce
-
-    summary = produce(
-        _generate_bootstrap(args),
-        args.topic,
-        records,
-        partitions=args.partitions,
-        total=total,
-        progress=_show_progress(args),
-        timeout_s=args.timeout,
-    )
-    payload = {"generator": generator, "seed": args.seed, "start_ms": start_ms}
-    payload.update(summary.as_dict())
-    text = f"{summary.describe()}\nreproduce with --seed {args.seed} --start-ms {start_ms}"
-    _emit(args, payload, text)
-    return EXIT_OK
-
-
-def _cmd_generate_word_count(args: argparse.Namespace) -> int:
-    from statekeeper.generate.word_count import word_count_lines
-
-    interval_ms = 10
-    start_ms = args.start_ms if args.start_ms is not None else _now_minus(args.count * interval_ms)
-    records = word_count_lines(
-        args.count,
-        seed=args.seed,
-        start_ms=start_ms,
-        malformed_share=args.malformed_share,
-        keyed_share=args.keyed_share,
-        interval_ms=interval_ms,
-    )
-    return _produce_generated(args, "word-count", records, args.count, start_ms)
-
-
-def _cmd_generate_patient_monitoring(args: argparse.Namespace) -> int:
-    from statekeeper.generate.patient_monitoring import patient_events
-
-    span_ms = int(args.minutes * 60_000)
-    start_ms = args.start_ms if args.start_ms is not None else _now_minus(span_ms)
-    records = patient_events(
-        args.patients,
-        args.minutes,
-        seed=args.seed,
-        start_ms=start_ms,
-        malformed_share=args.malformed_share,
-        late_share=args.late_share,
-        checkout_share=args.checkout_share,
-    )
-    return _produce_generated(args, "patient-monitoring", records, len(records), start_ms)
+def _cmd_demo(args: argparse.Namespace) -> int:
+    options = [
+        f"--{name}={value}"
+        for name in ("patients", "minutes", "seed")
+        if (value := getattr(args, name)) is not None
+    ]
+    return int(_shipped_app_module("patient_monitoring", "demo").main(options))
 
 
 # --- app ----------------------------------------------------------------------------------
@@ -440,34 +303,6 @@ def _cmd_app_status(args: argparse.Namespace) -> int:
     )
     _emit(args, status, text)
     return EXIT_OK if status.get("state") not in ("ERROR",) else EXIT_ERROR
-
-
-# --- demo ---------------------------------------------------------------------------------
-
-
-def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    demo = _subcommand(
-        commands,
-        "demo",
-        "patient_monitoring on Spark end to end: kill -9, lost task state, exact recovery",
-        _cmd_demo,
-    )
-    demo.add_argument(
-        "--stores", action="store_true", help="run the store-level demo (no Spark) instead"
-    )
-    demo.add_argument("--patients", type=_positive_int, default=40)
-    demo.add_argument("--minutes", type=_positive_float, default=30.0)
-    demo.add_argument("--seed", type=int, default=7)
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    if args.stores:
-        from statekeeper.demo.store_demo import run
-
-        return int(run(args) or 0)
-    from statekeeper.demo.app_demo import run as run_app_demo
-
-    return run_app_demo(args.patients, args.minutes, args.seed)
 
 
 if __name__ == "__main__":
