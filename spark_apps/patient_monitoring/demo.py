@@ -95,9 +95,9 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
     from spark_apps.patient_monitoring.generator import patient_events
     from statekeeper.app.store_reader import read_store
     from statekeeper.generate.producer import produce
+    from statekeeper.kafka.topic_reader import read_topic
     from statekeeper.processing.dlq import dlq_topic
     from statekeeper.processing.output_reader import read_deduped, source_positions
-    from statekeeper.recompute.reader import read_topic
 
     work = Path("var/demo").resolve()
     shutil.rmtree(work, ignore_errors=True)

@@ -23,10 +23,10 @@ from spark_apps.word_count import reference as wc_ref
 from spark_apps.word_count.generator import word_count_lines
 from statekeeper.app.store_reader import read_store
 from statekeeper.generate.producer import produce
+from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.processing.dlq import dlq_topic
 from statekeeper.processing.output_reader import read_deduped as deduped
 from statekeeper.processing.output_reader import source_positions as sources_of
-from statekeeper.recompute.reader import read_topic
 from tests.e2e.harness import AppUnderTest
 
 KILLS_PER_APP = int(os.environ.get("STATEKEEPER_E2E_KILLS", "10"))

@@ -16,7 +16,7 @@ from statekeeper.app.store_reader import read_store
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic, make_admin
 from statekeeper.kafka.embedded import EmbeddedBroker
-from statekeeper.recompute.reader import read_topic
+from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.settings import StatekeeperSettings
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]

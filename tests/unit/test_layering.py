@@ -57,10 +57,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
 }
 # Known breaks waiting for their fix, as (file, statekeeper package imported). An entry that no
 # longer matches anything fails the test, so it is deleted with the fix.
-EXEMPT: set[tuple[str, str]] = {
-    # read_deduped reads topics with the test oracles' reader; issue 12 moves recompute/ out.
-    ("statekeeper/processing/output_reader.py", "recompute"),
-}
+EXEMPT: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)

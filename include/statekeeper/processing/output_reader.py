@@ -6,6 +6,7 @@ from typing import Any
 
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.model import KafkaRecord
+from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.processing.output_headers import SOURCE, dedupe_id
 
 
@@ -15,8 +16,6 @@ def read_deduped(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Ka
     A re-run batch re-emits identical records with the same ``(sk.task, sk.batch, sk.seq)``,
     so what remains is exactly-once output.
     """
-    from statekeeper.recompute.reader import read_topic
-
     seen: set[Any] = set()
     out = []
     for _partition, records in sorted(read_topic(bootstrap, topic, timeout_s=timeout_s).items()):

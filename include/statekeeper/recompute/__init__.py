@@ -8,7 +8,7 @@ topic reader reads a whole input topic, and :mod:`statekeeper.recompute.spark_fr
 restore drills compare an app's stores and outputs with such models.
 """
 
+from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.recompute.grouping import RecordsInput, by_task
-from statekeeper.recompute.reader import read_topic
 
 __all__ = ["RecordsInput", "by_task", "read_topic"]
