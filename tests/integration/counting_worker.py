@@ -34,7 +34,7 @@ from tests.integration.counting_events import (
     Event,
 )
 
-CRASH_STEPS = ("mid_batch", "changelog_produced", "markers_written", "stores_committed")
+CRASH_STEPS = ("mid_batch", "flushed", "produced", "marked", "stored", "committed")
 
 
 def store_specs() -> list[StoreSpec]:

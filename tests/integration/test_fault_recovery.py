@@ -30,8 +30,8 @@ def test_clean_run_matches_recomputation(broker, input_topic, tmp_path):
 @pytest.mark.parametrize(
     "crashes",
     [
-        ["mid_batch:2", "changelog_produced:4", "markers_written:6", "stores_committed:8"],
-        ["markers_written:0", "mid_batch:1", "changelog_produced:1", "markers_written:1"],
+        ["mid_batch:2", "produced:4", "marked:6", "stored:8", "committed:10"],
+        ["marked:0", "mid_batch:1", "produced:1", "marked:1"],
     ],
     ids=["every-step", "repeated-same-batch"],
 )

@@ -24,13 +24,3 @@ def write_checkpoint(path: Path, entries: dict[str, dict[str, Any]]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")
     os.replace(tmp, path)
-
-
-def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
-    """Entries written by :func:`write_checkpoint`; empty when the file is absent."""
-    if not path.exists():
-        return {}
-    for line in path.read_text().splitlines():
-        if line.startswith("# {"):
-            return json.loads(line[2:])
-    return {}

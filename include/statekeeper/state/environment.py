@@ -14,7 +14,8 @@ from statekeeper.kafka.adapter import consumer_config, producer_config
 from statekeeper.kafka.admin import make_admin, wait_for_broker
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
-from statekeeper.state.task_state_manager import CommitHook, TaskStateManager
+from statekeeper.state.task_state_manager import TaskStateManager
+from statekeeper.state.transaction import StepHook
 from statekeeper.stores.builders import StoreSpec
 from statekeeper.stores.rocksdb import configure_block_cache
 
@@ -59,7 +60,7 @@ class StateEnvironment:
         task_id: str,
         partition: int,
         specs: list[StoreSpec],
-        commit_hooks: list[CommitHook] | None = None,
+        commit_hooks: list[StepHook] | None = None,
     ) -> TaskStateManager:
         """A (not yet opened) state manager for one task."""
         s = self.settings

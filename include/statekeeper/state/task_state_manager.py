@@ -1,15 +1,11 @@
-"""Owns one task's stores: lock, open, restore, the commit protocol, close.
+"""Owns one task's stores: lock, open, restore, the processing-side API, close.
 
-Commit protocol (DESIGN.md invariants 1-3), in order:
-  1. flush record caches: every dirty key goes to the changelog as an absolute value;
-  2. wait until the broker acknowledged every changelog record;
-  3. write one commit marker per changelog partition (batch id + source offsets), acked;
-  4. commit each store: staged data + metadata (marker offset, source offsets, batch id)
-     in one RocksDB write;
-  5. rewrite the human-readable ``.checkpoint`` file.
-A crash before 3 leaves an uncommitted changelog tail that the next open reverts; a crash
-between 3 and 4 is rolled forward from the changelog; a crash in the middle of 3 (some
-markers written) is rolled forward too, because step 2 proved all records were acked.
+Commits happen in :mod:`statekeeper.state.transaction` (``TaskTransaction``): this module's
+``commit`` and ``pending_transaction`` only hand the task to one. What a commit leaves after a
+crash is settled here, at the next open (:meth:`TaskStateManager._reconcile`): a batch with
+no commit marker yet is an uncommitted changelog tail, reverted; a batch with some or all of
+its markers written is rolled forward in every store, because markers are written only after
+all of the batch's records were acknowledged.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,17 +26,17 @@ from statekeeper.changelog.writer import ChangelogWriter, PartitionSink
 from statekeeper.errors import StatekeeperError, StoreCorruptError
 from statekeeper.state.checkpoint import write_checkpoint
 from statekeeper.state.directory import TaskDirectory, TaskLock
+from statekeeper.state.transaction import AfterCommitHook, StepHook, TaskTransaction
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.builders import AnyStore, StoreSpec, build_store
 
 log = logging.getLogger("statekeeper.state")
 
-CommitStep = str  # "changelog_produced" | "markers_written" | "stores_committed"
-CommitHook = Callable[[CommitStep, int], None]
-
 
 @dataclass
-class _StoreSlot:
+class StoreSlot:
+    """An open store of the task and its changelog topic."""
+
     spec: StoreSpec
     store: AnyStore
     topic: str | None  # None: logging disabled
@@ -63,7 +58,7 @@ class TaskStateManager:
         lock_timeout_s: float = 30.0,
         commit_timeout_s: float = 30.0,
         listener: StateRestoreListener | None = None,
-        commit_hooks: list[CommitHook] | None = None,
+        commit_hooks: list[StepHook] | None = None,
     ) -> None:
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
@@ -77,9 +72,11 @@ class TaskStateManager:
         self.restorer = restorer
         self.commit_timeout_s = commit_timeout_s
         self.listener = listener or BaseRestoreListener()
-        self.commit_hooks = list(commit_hooks or [])
+        # Run as each commit step completes (fault injection); see state.transaction.
+        self.commit_hooks: list[StepHook] = list(commit_hooks or [])
+        self.after_commit_hooks: list[AfterCommitHook] = []
         self._lock = TaskLock(task_dir, lock_timeout_s)
-        self._slots: dict[str, _StoreSlot] = {}
+        self._slots: dict[str, StoreSlot] = {}
         self._metadata = StoreMetadata()
         # Processed but not yet committed (a commit interval spans micro-batches): the last
         # such batch id and source offsets, how many batches, and when the last commit was.
@@ -87,7 +84,9 @@ class TaskStateManager:
         self.uncommitted_batches = 0
         self.last_commit_monotonic = time.monotonic()
         self.restore_outcomes: list[RestoreOutcome] = []
-        self._broken = False
+        # Set by a failed TaskTransaction: the stores may hold a half-committed batch, so
+        # nothing commits until close() and open() restored a consistent state.
+        self.broken = False
 
     # -- open and restore ------------------------------------------------------------------
 
@@ -103,7 +102,8 @@ class TaskStateManager:
             self._metadata = self._agreed_metadata()
             self._processed, self.uncommitted_batches = None, 0
             self.last_commit_monotonic = time.monotonic()
-            self._write_checkpoint()
+            self.write_checkpoint_file()
+            self.broken = False
         except BaseException:
             self._close_stores()
             self._lock.release()
@@ -124,7 +124,7 @@ class TaskStateManager:
             log.warning("task %s: %s", self.task_id, reason)
             shutil.rmtree(path, ignore_errors=True)
             store = build_store(spec, path, sink)
-        self._slots[spec.name] = _StoreSlot(spec, store, topic)
+        self._slots[spec.name] = StoreSlot(spec, store, topic)
         if topic is None:
             return None
         # In-memory stores always restore fully; that is normal and needs no reason.
@@ -223,6 +223,11 @@ class TaskStateManager:
         return {name: slot.store for name, slot in self._slots.items()}
 
     @property
+    def slots(self) -> list[StoreSlot]:
+        """The open stores with their changelog topics, in spec order."""
+        return list(self._slots.values())
+
+    @property
     def last_batch_id(self) -> int | None:
         """The last committed batch."""
         return self._metadata.batch_id
@@ -243,16 +248,10 @@ class TaskStateManager:
         return self._processed is not None
 
     def mark_processed(self, batch_id: int, source_offsets: dict[str, int]) -> None:
-        """Record that the stores now hold batch ``batch_id`` (committed by a later
-        :func:`commit_together` with :meth:`pending_commit`)."""
+        """Record that the stores now hold batch ``batch_id`` (committed later by
+        :meth:`pending_transaction`)."""
         self._processed = StoreMetadata(None, batch_id, dict(source_offsets))
         self.uncommitted_batches += 1
-
-    def pending_commit(self) -> tuple[int, dict[str, int]] | None:
-        """``(batch_id, source_offsets)`` to commit, or None when nothing is uncommitted."""
-        if self._processed is None or self._processed.batch_id is None:
-            return None
-        return self._processed.batch_id, dict(self._processed.source_offsets)
 
     def commit_due(self, interval_s: float, max_batches: int) -> bool:
         """Whether the uncommitted batches should be committed now: the interval passed,
@@ -268,49 +267,33 @@ class TaskStateManager:
             or time.monotonic() - self.last_commit_monotonic >= interval_s
         )
 
-    # -- commit ----------------------------------------------------------------------------
+    # -- commit: see statekeeper.state.transaction -----------------------------------------
 
-    def _hook(self, step: CommitStep, batch_id: int) -> None:
-        for hook in self.commit_hooks:
-            hook(step, batch_id)
+    def pending_transaction(self) -> TaskTransaction | None:
+        """A transaction committing the batches marked processed since the last commit (as
+        the last of them), or None when there are none."""
+        if self._processed is None or self._processed.batch_id is None:
+            return None
+        return TaskTransaction(self, self._processed.batch_id, self._processed.source_offsets)
 
     def commit(self, batch_id: int, source_offsets: dict[str, int]) -> None:
         """Commit everything written since the last commit as batch ``batch_id``."""
-        commit_together([(self, batch_id, source_offsets)])
+        TaskTransaction(self, batch_id, source_offsets).commit()
 
-    def _check_committable(self) -> None:
-        if self._broken:
-            raise StatekeeperError(
-                f"task {self.task_id}: a previous commit failed; close() and open() the task "
-                "to restore a consistent state before processing again"
-            )
+    def add_after_commit_hook(self, hook: AfterCommitHook) -> None:
+        """Call ``hook`` after every successful commit of this task, for as long as this
+        manager lives (a parked task keeps it across batches)."""
+        self.after_commit_hooks.append(hook)
 
-    def _markers(
-        self, batch_id: int, source_offsets: dict[str, int]
-    ) -> list[tuple[str, int, CommitMarker]]:
-        return [
-            (
-                slot.topic,
-                self.partition,
-                CommitMarker(batch_id, self.task_id, slot.spec.name, dict(source_offsets)),
-            )
-            for slot in self._slots.values()
-            if slot.topic is not None
-        ]
-
-    def _commit_stores(
-        self, batch_id: int, source_offsets: dict[str, int], offsets: dict[tuple[str, int], int]
-    ) -> None:
-        for slot in self._slots.values():
-            offset = offsets.get((slot.topic, self.partition)) if slot.topic else None
-            slot.store.commit(StoreMetadata(offset, batch_id, dict(source_offsets)))
-        self._hook("stores_committed", batch_id)
+    def advance_committed(self, batch_id: int, source_offsets: dict[str, int]) -> None:
+        """The stores were written as batch ``batch_id`` (by a TaskTransaction): every
+        write staged so far is committed."""
         self._metadata = StoreMetadata(None, batch_id, dict(source_offsets))
-        self._processed, self.uncommitted_batches = None, 0  # every staged write is in
+        self._processed, self.uncommitted_batches = None, 0
         self.last_commit_monotonic = time.monotonic()
-        self._write_checkpoint()
 
-    def _write_checkpoint(self) -> None:
+    def write_checkpoint_file(self) -> None:
+        """Rewrite the human-readable ``.checkpoint`` file from the stores' metadata."""
         entries: dict[str, dict[str, Any]] = {}
         for name, slot in self._slots.items():
             if slot.topic is None:
@@ -358,43 +341,3 @@ class TaskStateManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def commit_together(parts: list[tuple[TaskStateManager, int, dict[str, int]]]) -> None:
-    """Commit several tasks (``(state, batch_id, source_offsets)``) that share one changelog
-    writer, each by the commit protocol in the module docstring, with one wait for all their
-    changelog records and one round trip for all their markers. A task whose step failed is
-    broken (close and reopen it); tasks whose stores were committed before stay committed.
-    """
-    if not parts:
-        return
-    writer = parts[0][0].writer
-    markers = [m for state, batch_id, offsets in parts for m in state._markers(batch_id, offsets)]
-    shared = all(state.writer is writer for state, _, _ in parts) and len(
-        {(topic, partition) for topic, partition, _ in markers}
-    ) == len(markers)
-    if len(parts) > 1 and not shared:
-        for part in parts:  # not one writer, or one changelog partition twice: one by one
-            commit_together([part])
-        return
-    pending = [state for state, _, _ in parts]
-    try:
-        for state in pending:
-            state._check_committable()
-        for state in pending:
-            for slot in state._slots.values():
-                slot.store.flush()
-        timeout_s = max(state.commit_timeout_s for state in pending)
-        writer.flush(timeout_s)
-        for state, batch_id, _ in parts:
-            state._hook("changelog_produced", batch_id)
-        marker_offsets = writer.write_markers(markers, timeout_s) if markers else {}
-        for state, batch_id, _ in parts:
-            state._hook("markers_written", batch_id)
-        for state, batch_id, offsets in parts:
-            state._commit_stores(batch_id, offsets, marker_offsets)
-            pending.remove(state)
-    except BaseException:
-        for state in pending:
-            state._broken = True
-        raise

@@ -47,6 +47,12 @@ class ParkedTask:
     def release_requested(self) -> bool:
         return bool(self.state.release_requested())
 
+    def commit_held(self) -> None:
+        """Commit the batches the task holds uncommitted (it is being handed over)."""
+        transaction = self.state.pending_transaction()
+        if transaction is not None:
+            transaction.commit()
+
     def close(self) -> None:
         if self.fetch is not None:
             self.fetch.close()

@@ -107,16 +107,7 @@ class _WorkerServices:
             settings.bootstrap_servers, group_id=f"{settings.application_id}-tasks"
         )
         self.busy = threading.Lock()
-        self.parked = ParkedTasks(commit_before_release=_commit_held, busy=self.busy)
-
-
-def _commit_held(task: ParkedTask) -> None:
-    """Commit the batches a parked task holds (it is being handed over)."""
-    from statekeeper.state.task_state_manager import commit_together
-
-    pending = task.state.pending_commit()
-    if pending is not None:
-        commit_together([(task.state, *pending)])
+        self.parked = ParkedTasks(commit_before_release=ParkedTask.commit_held, busy=self.busy)
 
 
 @functools.lru_cache(maxsize=4)
@@ -264,12 +255,13 @@ def _run_open_tasks(
     opened: tuple[list[Any], float] | None = None,
 ) -> list[TaskRunResult]:
     """Process every task (parked ones, or the one task just opened: ``opened`` holds its
-    restore outcomes and open time), then commit them together (one wait for their
-    changelog records and outputs, one round trip for their markers: the broker acknowledges
-    one task's records while the next one processes), then park them. Any failure closes
-    every task not yet parked: its uncommitted writes are dropped and the next open reverts
-    the changelog tail, so the batch runs again from the last commit."""
-    from statekeeper.state.task_state_manager import commit_together
+    restore outcomes and open time), then commit those due together in one group of
+    transactions (:mod:`statekeeper.state.transaction`: one wait for their changelog records
+    and outputs, one round trip for their markers; the broker acknowledges one task's records
+    while the next one processes), then park them. Any failure closes every task not yet
+    parked: its uncommitted writes are dropped and the next open reverts the changelog tail,
+    so the batch runs again from the last commit."""
+    from statekeeper.state.transaction import commit_group
 
     settings = services.settings
     done: list[tuple[TaskRun, ParkedTask, TaskRunResult, float]] = []
@@ -279,15 +271,17 @@ def _run_open_tasks(
             result = _process(run, topology, services, task.state, task.fetch)
             done.append((run, task, result, started))
         t0 = time.perf_counter()
-        services.outputs.flush(settings.broker_timeout_s * 2)
-        commit_together(
-            [
-                (task.state, *pending)
-                for run, task, _, _ in done
-                if _commit_now(run, task.state, settings)
-                and (pending := task.state.pending_commit()) is not None
-            ]
-        )
+        due = [
+            transaction
+            for run, task, _, _ in done
+            if _commit_now(run, task.state, settings)
+            and (transaction := task.state.pending_transaction()) is not None
+        ]
+        if due:
+            commit_group(due, outputs=[services.outputs])  # waits for the outputs too
+        else:
+            # Outputs are acknowledged every batch, committed or not (DESIGN.md R3).
+            services.outputs.flush(settings.broker_timeout_s * 2)
         commit_s = time.perf_counter() - t0
     except BaseException:
         for _, task in tasks:
