@@ -113,7 +113,7 @@ class TaskTransaction:
         self.batch_id = batch_id
         self.source_offsets = dict(source_offsets)
         self._state = TransactionState.OPEN
-        self._marker_offsets: dict[tuple[str, int], int] = {}
+        self._marker_offsets: dict[str, int] = {}  # store name -> its marker's offset
 
     @property
     def state(self) -> TransactionState:
@@ -176,7 +176,7 @@ class TaskTransaction:
         for slot in task.slots:
             offset = marker_offsets.get((slot.topic, task.partition)) if slot.topic else None
             if offset is not None:
-                self._marker_offsets[(slot.topic, task.partition)] = offset  # type: ignore[index]
+                self._marker_offsets[slot.spec.name] = offset
             slot.store.commit(StoreMetadata(offset, self.batch_id, dict(self.source_offsets)))
         task.advance_committed(self.batch_id, self.source_offsets)
 
@@ -186,11 +186,7 @@ class TaskTransaction:
             task_id=task.task_id,
             batch_id=self.batch_id,
             source_offsets=dict(self.source_offsets),
-            marker_offsets={
-                slot.spec.name: self._marker_offsets[(slot.topic, task.partition)]
-                for slot in task.slots
-                if slot.topic is not None and (slot.topic, task.partition) in self._marker_offsets
-            },
+            marker_offsets=dict(self._marker_offsets),
             changelog_topics={slot.spec.name: slot.topic for slot in task.slots if slot.topic},
             task_dir=task.task_dir.path,
         )
