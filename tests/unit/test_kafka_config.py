@@ -62,7 +62,6 @@ def test_clients_accept_the_configs():
 
 def test_profiles():
     assert profile_for("kafka") is KAFKA and profile_for("tansu") is TANSU
-    assert KAFKA.compacts and not TANSU.compacts
-    assert not TANSU.reports_config_defaults
+    assert KAFKA.transactions_reliable and not TANSU.transactions_reliable
     with pytest.raises(ConfigError, match="unknown broker flavor"):
         profile_for("nope")

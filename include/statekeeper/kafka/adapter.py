@@ -1,10 +1,38 @@
 """The one place that knows how brokers differ, plus the base client configs.
 
 statekeeper must be correct on Apache Kafka (production, docker-compose.yml) and on the
-embedded Tansu broker (tests, demo). Code elsewhere asks a :class:`BrokerProfile` what the
-broker can do ("does it compact?", "are transactions safe?") and never checks the broker's
-name itself. Behaviour common to both (read to the end with partition EOF, create topics
-explicitly) is simply what every caller does, so it needs no flag here.
+embedded Tansu broker (tests, demo). Code that must behave differently asks the
+:class:`BrokerProfile` (never the broker's name); everywhere else the same code is correct on
+both, and this table is where a reader finds why.
+
+How Tansu 0.6.0 differs from Kafka, and where that is handled (ENVIRONMENT.md has the list):
+
+- Transactions cannot be relied on (read_committed consumers still see aborted records,
+  producer fencing is broken): :attr:`BrokerProfile.transactions_reliable`. Correctness
+  never depends on them (commit markers do, invariant 2); the app says at start what
+  ``exactly_once`` means on the broker it found.
+- ``ListOffsets(latest)``, the high watermark, trails the log end (start of the last produce
+  batch + 1). No flag: every read to the end reads to partition EOF
+  (:mod:`statekeeper.kafka.partition_reader`, invariant 5), which is correct on Kafka too;
+  log-end lookups (:mod:`statekeeper.kafka.offsets`) start at ``high - 1``, so on Kafka they
+  read at most one produce batch per partition. Watermarks only size reads.
+- No log compaction and no retention: changelogs grow, restores replay all of them. No
+  flag: nothing relies on compaction, and the restorer accepts a checkpointed marker that
+  compaction removed (a later marker follows), so both are restored the same way.
+- describe_configs returns only the keys set at creation: :mod:`statekeeper.kafka.admin`
+  reports a requested config the broker does not list as "broker default, unknown", never
+  as a mismatch; on Kafka every config is listed, so nothing is unknown. No flag.
+- Producing to a missing topic auto-creates it, and configs are not validated: topics are
+  created explicitly and looked up with DescribeTopics, never a Metadata request that
+  could create them (:mod:`statekeeper.kafka.admin`). No flag.
+- Legacy AlterConfigs, CreatePartitions and DeleteRecords are unsupported: statekeeper
+  calls none of them. No flag.
+- A new consumer group's first assignment is slow, static members never expire: every
+  reader assigns partitions itself and joins no group. No flag.
+- Not handled yet: with S3 storage (a durable embedded broker) a fetch returns only what
+  storage delivered within ``fetch.wait.max.ms``. The readers' 10 ms wait (what makes EOF
+  prompt, see :func:`~statekeeper.kafka.partition_reader.eof_consumer`) was measured to
+  starve a read for 3-30 s after a restart of such a broker; 50 ms and more did not.
 """
 
 from __future__ import annotations
@@ -18,68 +46,29 @@ from statekeeper.errors import BrokerUnavailableError, ConfigError
 
 Flavor = Literal["auto", "kafka", "tansu"]
 
-#: Cluster id Tansu reports unless started with ``--cluster-id``.
-TANSU_DEFAULT_CLUSTER_ID = "tansu_cluster"
-
 
 @dataclass(frozen=True)
 class BrokerProfile:
-    """What a broker can be relied on for; code branches on these fields, never on ``name``.
+    """What a broker can be relied on for where behaviour differs (see the module table);
+    code branches on these fields, never on ``name``.
 
     Attributes:
         name: ``"kafka"`` or ``"tansu"``, for logs and status output only.
         transactions_reliable: read_committed hides aborted records and producer fencing
-            works, so output may use transactions for exactly-once (correctness never
+            works, so output could use transactions for exactly-once (correctness never
             depends on them; commit markers do).
-        compacts: log compaction and retention run, so changelogs stay bounded; when False
-            they grow forever and snapshots are the only bound on restore time.
-        reports_config_defaults: describe_configs lists every config including broker
-            defaults; when False an absent key means "broker default, unknown".
-        validates_topic_configs: the broker rejects invalid topic configs at creation.
-        latest_offset_reliable: ListOffsets(latest) / watermarks equal the log end offset.
-            Reads to the end use partition EOF either way (invariant 5).
-        supports_delete_records: DeleteRecords works (it crashes Tansu's handler).
-        supports_create_partitions: CreatePartitions works.
         cluster_id: the id the cluster reported, when detected.
     """
 
     name: str
     transactions_reliable: bool
-    compacts: bool
-    reports_config_defaults: bool
-    validates_topic_configs: bool
-    latest_offset_reliable: bool
-    supports_delete_records: bool
-    supports_create_partitions: bool
     cluster_id: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON status output."""
-        return dataclasses.asdict(self)
 
-
-KAFKA = BrokerProfile(
-    name="kafka",
-    transactions_reliable=True,
-    compacts=True,
-    reports_config_defaults=True,
-    validates_topic_configs=True,
-    latest_offset_reliable=True,
-    supports_delete_records=True,
-    supports_create_partitions=True,
-)
+KAFKA = BrokerProfile(name="kafka", transactions_reliable=True)
 
 # Measured against Tansu 0.6.0 (see ENVIRONMENT.md, "Does NOT behave like Kafka").
-TANSU = BrokerProfile(
-    name="tansu",
-    transactions_reliable=False,
-    compacts=False,
-    reports_config_defaults=False,
-    validates_topic_configs=False,
-    latest_offset_reliable=False,
-    supports_delete_records=False,
-    supports_create_partitions=False,
-)
+TANSU = BrokerProfile(name="tansu", transactions_reliable=False)
 
 _PROFILES: dict[str, BrokerProfile] = {"kafka": KAFKA, "tansu": TANSU}
 
@@ -176,10 +165,11 @@ def consumer_config(
     """Consumer tuned to read whole partitions to EOF fast (restores, audits, drills).
 
     A large prefetch is what makes restore run at the broker's physical limit (~4-7x
-    librdkafka's defaults measured on loopback); pair it with
-    ``consume(num_messages=1000..30000, timeout=0.05)``. Offsets are managed by statekeeper,
-    never auto-committed. ``group.id`` is only required by the client; ``assign()`` does
-    not join the group.
+    librdkafka's defaults measured on loopback), paired with
+    ``consume(num_messages=1000..30000, timeout=0.05)`` as
+    :class:`~statekeeper.kafka.partition_reader.PartitionReader` does. Offsets are managed by
+    statekeeper, never auto-committed. ``group.id`` is only required by the client;
+    ``assign()`` does not join the group.
     """
     base = {
         "group.id": group_id,

@@ -1,6 +1,6 @@
 """Topic and broker admin helpers that behave the same on Apache Kafka and Tansu.
 
-Two rules keep them portable:
+Two rules keep them portable (the broker table in :mod:`statekeeper.kafka.adapter` says why):
 - topics are created explicitly, and a missing topic is looked up with DescribeTopics,
   never ``list_topics(topic=...)``: that Metadata request auto-creates the topic on Tansu
   (and on Kafka with ``auto.create.topics.enable``);
