@@ -16,6 +16,10 @@ How Tansu 0.6.0 differs from Kafka, and where that is handled (ENVIRONMENT.md ha
   (:mod:`statekeeper.kafka.partition_reader`, invariant 5), which is correct on Kafka too;
   log-end lookups (:mod:`statekeeper.kafka.offsets`) start at ``high - 1``, so on Kafka they
   read at most one produce batch per partition. Watermarks only size reads.
+- A fetch from beyond the log end gets no answer at all (Kafka answers
+  OFFSET_OUT_OF_RANGE), so such a read stalls until its timeout instead of failing at once.
+  No flag: both end in an error; the restorer checks a checkpoint against the watermarks
+  before reading, and a stalled range read probes log start and end to say why.
 - No log compaction and no retention: changelogs grow, restores replay all of them. No
   flag: nothing relies on compaction, and the restorer accepts a checkpointed marker that
   compaction removed (a later marker follows), so both are restored the same way.

@@ -90,7 +90,7 @@ class ReadStalledError(BrokerUnavailableError):
         more = f" and {len(pending) - 8} more" if len(pending) > 8 else ""
         super().__init__(
             f"no records and no end-of-partition within {timeout_s:g} s for partition(s) "
-            f"{shown}{more} (broker unreachable or overloaded?)"
+            f"{shown}{more}: broker unreachable or overloaded, or an offset beyond the log end?"
         )
         self.pending = pending
         self.positions = positions
