@@ -435,7 +435,8 @@ def run_statekeeper(
         **({} if commit_interval_ms is None else {"commit_interval_ms": commit_interval_ms}),
     )
     topology = count_topology(topic, store_type)
-    app = StatekeeperApp(topology, settings)
+    # The app keeps its last recent_batches batches: room for every batch of this run.
+    app = StatekeeperApp(topology, settings, recent_batches=expected // batch + 1_000)
     settled_s = settle()
     say(f"statekeeper: starting, {batch}-record batches ({expected} records)")
     watchdog = threading.Timer(timeout_s, app.stop)

@@ -25,13 +25,8 @@ from statekeeper.processing.output_headers import dedupe_id
 from statekeeper.processing.output_reader import read_deduped
 from statekeeper.recompute.reader import read_topic
 from statekeeper.settings import StatekeeperSettings
-from statekeeper.worker.task_runner import (
-    BatchSlice,
-    TaskRun,
-    _services,
-    run_share,
-    settings_to_json,
-)
+from statekeeper.worker.task_run import BatchSlice, TaskRun
+from statekeeper.worker.task_runner import _services, run_share, settings_to_json
 
 PARTITIONS = 2
 PER_BATCH = 50  # records per partition and batch

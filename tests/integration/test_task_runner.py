@@ -17,8 +17,8 @@ from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import OffsetRange
 from statekeeper.processing.dsl import Materialized, StreamsBuilder
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.worker.task_run import TaskRun
 from statekeeper.worker.task_runner import (
-    TaskRun,
     _services,
     run_share,
     settings_to_json,

@@ -5,22 +5,25 @@ Spark plans offset ranges (not rows) through the ``statekeeper_kafka_ranges`` so
 into tasks (one per subtopology and partition) and runs them on the executors, one Spark
 task per core, where each task reads its ranges from Kafka, processes them against its
 stores and commits every ``commit_interval_ms`` (see :mod:`statekeeper.worker.task_runner`).
-The driver keeps the recent batches' ranges so a task that lost uncommitted batches
-replays them.
+What each task runs (its ranges, the backlog it replays, whether it must commit) is decided
+by the :class:`~statekeeper.app.batch_planner.BatchPlanner`, which keeps the recent
+batches' ranges so a task that lost uncommitted batches replays them.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-import statistics
 import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from statekeeper.app.batch_planner import BatchPlanner
+from statekeeper.app.batch_stats import DEFAULT_WINDOW, BatchStats
 from statekeeper.app.lifecycle import AppState, AppStateMachine, StateListener
 from statekeeper.app.status import StatusBoard, StatusServer
 from statekeeper.app.topics import TopicPlan, prepare_topics
@@ -29,20 +32,13 @@ from statekeeper.kafka.model import OffsetRange
 from statekeeper.processing.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.spark.checkpoint_log import (
-    batch_timestamp_ms,
-    last_committed_batch,
+    CheckpointBatchLog,
     last_committed_offsets,
     logged_batch_ranges,
 )
 from statekeeper.state.restore_progress import read_restore_progress
-from statekeeper.worker.task_runner import (
-    BatchSlice,
-    TaskRun,
-    TaskRunResult,
-    run_share,
-    settings_to_json,
-    spread_runs,
-)
+from statekeeper.worker.task_run import TaskRun, TaskRunResult
+from statekeeper.worker.task_runner import run_share, settings_to_json, spread_runs
 
 log = logging.getLogger("statekeeper.app")
 
@@ -62,6 +58,8 @@ class StatekeeperApp:
 
     ``run()`` blocks until the app stops (``stop()``, SIGTERM, or idle when
     ``stop_when_idle``); state transitions go to ``StateListener``s and the status endpoint.
+    ``recent_batches`` is how many completed micro-batches ``batches`` and the status
+    page's median batch time cover (totals count every batch).
     """
 
     def __init__(
@@ -71,6 +69,7 @@ class StatekeeperApp:
         *,
         spark_conf: dict[str, str] | None = None,
         listeners: list[StateListener] | None = None,
+        recent_batches: int = DEFAULT_WINDOW,
     ) -> None:
         self.topology = topology
         self.settings = settings
@@ -93,28 +92,29 @@ class StatekeeperApp:
         self._positions: dict[tuple[str, int], int] = {}
         self._ends: dict[tuple[str, int], int] = {}
         self._end_reader: Any = None  # a LogEndReader, kept: the lag refresh runs every 2 s
-        self._batch_seconds: list[float] = []
-        self._totals: dict[str, int] = defaultdict(int)
+        self._stats = BatchStats(recent_batches)
         self._last_batch_end = 0.0
         self._started = time.time()
-        self._processing_s = 0.0
         self._opened: set[str] = set()
-        # The last max_uncommitted_batches batches (id -> time, task id -> ranges), each
-        # task's subtopology and partition, and the last batch each task reported committed:
-        # a task whose state is behind replays its backlog from these.
-        self._history: dict[int, tuple[int, dict[str, tuple[OffsetRange, ...]]]] = {}
-        self._history_seeded = False
-        self._task_keys: dict[str, tuple[int, int]] = {}
-        self._committed: dict[str, int] = {}
+        self.planner = BatchPlanner(
+            CheckpointBatchLog(self.checkpoint),
+            subtopology_of=self._subtopology_of,
+            max_uncommitted_batches=settings.max_uncommitted_batches,
+            max_records_per_batch=settings.max_records_per_batch,
+        )
         self._query: Any = None
-        #: One entry per completed micro-batch (benchmarks and tests read it).
-        self.batches: list[dict[str, Any]] = []
 
     # -- public API --------------------------------------------------------------------------
 
     @property
     def state(self) -> AppState:
         return self.machine.state
+
+    @property
+    def batches(self) -> list[dict[str, Any]]:
+        """The last ``recent_batches`` completed micro-batches, oldest first (benchmarks and
+        tests read them)."""
+        return list(self._stats.recent)
 
     @property
     def status_url(self) -> str | None:
@@ -345,11 +345,23 @@ class StatekeeperApp:
             started = time.perf_counter()
             if self.state is AppState.REBALANCING:
                 self.machine.transition(AppState.RESTORING)
-            runs = self._plan_tasks(self._batch_ranges(ranges_df, batch_id), batch_id)
-            results = self._execute(ranges_df.sparkSession, runs)
-            self._record(batch_id, runs, results, time.perf_counter() - started)
-            if self.state is AppState.RESTORING:
-                self.machine.transition(AppState.RUNNING)
+            ranges = self._batch_ranges(ranges_df, batch_id)
+            spark = ranges_df.sparkSession
+            self._process_batch(batch_id, ranges, lambda runs: self._execute(spark, runs), started)
+
+    def _process_batch(
+        self,
+        batch_id: int,
+        ranges: list[OffsetRange],
+        execute: Callable[[list[TaskRun]], list[TaskRunResult]],
+        started: float,
+    ) -> None:
+        """Plan, run (``execute``) and record one batch; Spark-free given ``execute``."""
+        runs = self.planner.plan_batch(batch_id, ranges)
+        results = execute(runs)
+        self._record(batch_id, runs, results, time.perf_counter() - started)
+        if self.state is AppState.RESTORING:
+            self.machine.transition(AppState.RUNNING)
 
     def _batch_ranges(self, ranges_df: Any, batch_id: int) -> list[OffsetRange]:
         """The batch's offset ranges: from Spark's offset log when it holds both ends (no
@@ -362,105 +374,24 @@ class StatekeeperApp:
             for row in ranges_df.collect()
         ]
 
-    def _plan_tasks(self, ranges: list[OffsetRange], batch_id: int) -> list[TaskRun]:
-        if not self._history_seeded:
-            self._seed_history(batch_id)
-        batch_time = batch_timestamp_ms(self.checkpoint, batch_id)
-        by_task = self._group_by_task(ranges)
-        # Fewer records than admission control allows: the source is caught up, so the
-        # tasks commit now rather than keep a backlog while there is little to do.
-        caught_up = sum(r.count for r in ranges) < self.settings.max_records_per_batch
-        oldest_kept = batch_id - self.settings.max_uncommitted_batches + 1
-        runs = []
-        for tid, (sub, partition) in sorted(self._task_keys.items()):
-            backlog = self._backlog(tid, batch_id)
-            # A task commits before its oldest uncommitted batch leaves the history, idle
-            # tasks too (with nothing to read), so a replay always finds its batches.
-            overdue = bool(backlog) and backlog[0].batch_id <= oldest_kept
-            if tid in by_task or overdue:
-                runs.append(
-                    TaskRun(
-                        tid,
-                        sub,
-                        partition,
-                        by_task.get(tid, ()),
-                        batch_id,
-                        batch_time,
-                        backlog,
-                        force_commit=caught_up or overdue,
-                    )
-                )
-        self._remember(batch_id, batch_time, by_task)
-        return runs
-
-    def _group_by_task(self, ranges: list[OffsetRange]) -> dict[str, tuple[OffsetRange, ...]]:
-        by_task: dict[str, list[OffsetRange]] = defaultdict(list)
-        for r in ranges:
-            sub = self.topology.subtopology_of(self.app_id, r.topic)
-            tid = task_id(sub, r.partition)
-            self._task_keys[tid] = (sub, r.partition)
-            by_task[tid].append(r)
-        return {tid: tuple(sorted(rs, key=lambda r: r.topic)) for tid, rs in by_task.items()}
-
-    def _remember(
-        self, batch_id: int, batch_time: int, by_task: dict[str, tuple[OffsetRange, ...]]
-    ) -> None:
-        self._history[batch_id] = (batch_time, by_task)
-        for old in sorted(self._history)[: -self.settings.max_uncommitted_batches]:
-            del self._history[old]
-
-    def _seed_history(self, batch_id: int) -> None:
-        """After a (re)start, the batches before ``batch_id`` from Spark's offset log: tasks
-        may hold them uncommitted, or have lost them with a killed worker."""
-        self._history_seeded = True
-        for past in range(max(1, batch_id - self.settings.max_uncommitted_batches), batch_id):
-            ranges = logged_batch_ranges(self.checkpoint, past)
-            if ranges is not None:
-                self._remember(
-                    past, batch_timestamp_ms(self.checkpoint, past), self._group_by_task(ranges)
-                )
-
-    def _backlog(self, tid: str, batch_id: int) -> tuple[BatchSlice, ...]:
-        """The task's batches before ``batch_id`` that it has not reported committed."""
-        since = self._committed.get(tid, -1)
-        return tuple(
-            BatchSlice(past, batch_time, by_task[tid])
-            for past, (batch_time, by_task) in sorted(self._history.items())
-            if since < past < batch_id and tid in by_task
-        )
+    def _subtopology_of(self, topic: str) -> int:
+        return self.topology.subtopology_of(self.app_id, topic)
 
     def _replay_lost_batches(self, spark: Any) -> None:
         """At start, before the query: a killed app's workers took the batches its tasks held
         uncommitted with them, and Spark will not run those batches again. Every task with
         input in the last batches replays and commits them now, not when (or if) its
         partitions next get input."""
-        last = last_committed_batch(self.checkpoint)
-        if last is None:
-            return
-        self._seed_history(last + 1)
-        self._commit_held_batches(spark)
+        if self.planner.seed_from_commit_log():
+            self._commit_held_batches(spark)
 
     def _commit_held_batches(self, spark: Any) -> None:
         """A stop ends with every task committed: tasks that still hold uncommitted batches
         (a commit interval spans batches) commit them now, in the worker holding them, or in
         another one that replays them."""
-        if not self._history or self.state is AppState.ERROR:
+        if self.state is AppState.ERROR:
             return
-        last = max(self._history)
-        runs = [
-            TaskRun(
-                tid,
-                sub,
-                partition,
-                ranges=(),
-                batch_id=last,
-                batch_time_ms=self._history[last][0],
-                backlog=backlog,
-                force_commit=True,
-            )
-            for tid, (sub, partition) in sorted(self._task_keys.items())
-            if (backlog := self._backlog(tid, last + 1))
-        ]
+        runs = self.planner.runs_to_commit_held()
         if not runs:
             return
         started = time.perf_counter()
@@ -473,9 +404,8 @@ class StatekeeperApp:
         )
 
     def _note_committed(self, results: list[TaskRunResult]) -> None:
+        self.planner.note_results(results)
         for result in results:
-            if result.committed_batch_id is not None:
-                self._committed[result.task_id] = result.committed_batch_id
             self.board.update_task(
                 result.task_id,
                 committed_batch_id=result.committed_batch_id,
@@ -520,17 +450,7 @@ class StatekeeperApp:
             for r in run.ranges:
                 tp = (r.topic, r.partition)
                 self._positions[tp] = max(self._positions.get(tp, 0), r.end)
-        records = sum(r.records_processed for r in results)
         for result in results:
-            for key in (
-                "records_processed",
-                "records_skipped",
-                "records_late_dropped",
-                "records_dlq",
-                "records_output",
-                "records_replayed",
-            ):
-                self._totals[key] += getattr(result, key)
             if result.task_id not in self._opened:
                 # The first open of a task in this run is the restore that matters
                 # (later opens replay only the previous batch's markers).
@@ -545,22 +465,10 @@ class StatekeeperApp:
                 seconds=result.seconds,
             )
         self._note_committed(results)
-        self._batch_seconds.append(seconds)
-        self._processing_s += seconds
+        last = self._stats.record(batch_id, runs, results, seconds)
         self._last_batch_end = time.monotonic()
-        last = {
-            "batch_id": batch_id,
-            "tasks": len(runs),
-            # Tasks that were still open in the worker that ran them (no reopen); a cold task
-            # after the first batch means Spark moved it to another Python worker.
-            "warm_tasks": sum(1 for r in results if r.warm),
-            "records": records,
-            "seconds": round(seconds, 4),
-            "records_per_s": round(records / seconds, 1) if seconds > 0 else None,
-            "finished_at": time.time(),
-        }
-        self.batches.append(last)
-        self.board.update(last_batch=last, totals=dict(self._totals))
+        self.board.update(last_batch=last, totals=dict(self._stats.totals))
+        records = last["records"]
         log.info("batch %d: %d tasks, %d records in %.2fs", batch_id, len(runs), records, seconds)
 
     # -- status --------------------------------------------------------------------------------
@@ -568,21 +476,12 @@ class StatekeeperApp:
     def _live_status(self) -> dict[str, Any]:
         """Values computed when the status is read: lag, restore progress, throughput."""
         out: dict[str, Any] = {"state": self.state.value}
-        secs = self._batch_seconds
-        total = self._totals.get("records_processed", 0)
-        out["throughput"] = {
-            "batches": len(secs),
-            "records_processed": total,
-            "records_per_s_processing": round(total / self._processing_s, 1)
-            if self._processing_s
-            else None,
-            "batch_seconds_p50": round(statistics.median(secs), 4) if secs else None,
-        }
+        out["throughput"] = self._stats.throughput()
         if self._plan is None:
             return out
         lag: dict[str, int] = defaultdict(int)
         for (topic, p), end in self._ends.items():
-            sub = self.topology.subtopology_of(self.app_id, topic)
+            sub = self._subtopology_of(topic)
             lag[task_id(sub, p)] += max(0, end - self._positions.get((topic, p), 0))
         tasks: dict[str, Any] = {}
         state_root = Path(self.settings.state_dir) / self.app_id

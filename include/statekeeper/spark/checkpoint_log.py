@@ -11,6 +11,7 @@ the source for the batch's partitions.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,20 @@ def _source_offsets(checkpoint: Path, batch_id: int) -> dict[tuple[str, int], in
     if len(lines) != 3 or lines[2] in ("", "-"):  # exactly one source, with an offset
         return None
     return offsets_from_dict(json.loads(lines[2]), f"offsets/{batch_id}")
+
+
+@dataclass(frozen=True)
+class CheckpointBatchLog:
+    """Spark's offset and commit logs of one checkpoint, read the way the driver's batch
+    planner asks for them (:class:`statekeeper.app.batch_planner.BatchLog`)."""
+
+    checkpoint: Path
+
+    def ranges(self, batch_id: int) -> list[OffsetRange] | None:
+        return logged_batch_ranges(self.checkpoint, batch_id)
+
+    def batch_time_ms(self, batch_id: int) -> int:
+        return batch_timestamp_ms(self.checkpoint, batch_id)
+
+    def last_committed_batch(self) -> int | None:
+        return last_committed_batch(self.checkpoint)

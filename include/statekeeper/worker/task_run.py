@@ -1,0 +1,69 @@
+"""What the driver sends a stream task for one micro-batch and what the task reports back.
+
+Plain picklable dataclasses (no Spark, no Kafka client): the driver's
+:class:`~statekeeper.app.batch_planner.BatchPlanner` builds :class:`TaskRun`s, the
+executors run them (:mod:`statekeeper.worker.task_runner`) and return
+:class:`TaskRunResult`s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from statekeeper.kafka.model import OffsetRange
+
+
+@dataclass(frozen=True)
+class BatchSlice:
+    """A task's part of one earlier micro-batch: its id, Spark's logged time and the task's
+    offset ranges."""
+
+    batch_id: int
+    batch_time_ms: int
+    ranges: tuple[OffsetRange, ...]
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """One task's work in one micro-batch (picklable; built on the driver).
+
+    ``backlog`` holds the task's earlier batches that Spark may have committed while the
+    task had not (a commit interval spans batches): a task whose state is behind replays
+    them one by one before this batch. ``force_commit`` commits now, whatever the interval
+    (the source is caught up, or the app is stopping)."""
+
+    task_id: str
+    subtopology: int
+    partition: int
+    ranges: tuple[OffsetRange, ...]
+    batch_id: int
+    batch_time_ms: int
+    backlog: tuple[BatchSlice, ...] = ()
+    force_commit: bool = False
+
+
+@dataclass
+class TaskRunResult:
+    """What a task reports back to the driver."""
+
+    task_id: str
+    batch_id: int
+    committed: bool  # the state's commit covers this batch
+    committed_batch_id: int | None = None  # the last batch the task's state committed
+    warm: bool = False  # the state was still open in this worker from the task's last batch
+    worker_pid: int = 0  # the Python worker process that ran it
+    records_read: int = 0
+    records_processed: int = 0
+    records_skipped: int = 0
+    records_late_dropped: int = 0
+    records_dlq: int = 0
+    records_output: int = 0
+    records_replayed: int = 0  # of backlog batches the state had not committed
+    committed_offsets: dict[str, int] = field(default_factory=dict)
+    restored: list[dict[str, Any]] = field(default_factory=list)
+    store_entries: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
