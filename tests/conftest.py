@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,16 @@ def admin(broker: EmbeddedBroker) -> Any:
     from statekeeper.kafka.admin import make_admin
 
     return make_admin(broker.bootstrap_servers)
+
+
+@pytest.fixture(autouse=True)
+def _close_worker_services() -> Iterator[None]:
+    """Tests run worker tasks in this process: close the parked tasks and Kafka clients they
+    leave (else they live for the session and reconnect, logging, once the broker stops)."""
+    yield
+    runner = sys.modules.get("statekeeper.worker.task_runner")
+    if runner is not None:
+        runner.close_worker_services()
 
 
 @pytest.fixture

@@ -57,6 +57,7 @@ def test_unacknowledged_records_fail_the_flush_and_the_markers():
     with pytest.raises(ProduceError, match="not acknowledged"):
         writer.write_markers([("nowhere", 0, CommitMarker(1, "0_0", "s", {}))], 3)
     writer.flush(1)  # reported once; nothing left behind to be sent later
+    writer.close(0)
 
 
 def test_a_record_the_broker_rejects_is_reported_by_flush(
@@ -69,3 +70,4 @@ def test_a_record_the_broker_rejects_is_reported_by_flush(
     with pytest.raises(ProduceError, match=rf"{topic_name}"):
         writer.send(topic_name, 7, b"k", b"v")
         writer.flush(5)
+    writer.close(0)

@@ -54,6 +54,7 @@ def test_flush_raises_when_records_are_not_acknowledged():
     with pytest.raises(ProduceError, match="not acknowledged|failed"):
         producer.flush(3)
     producer.flush(1)  # errors are reported once; the producer stays usable
+    producer.close(0)
 
 
 def test_unknown_partition_is_a_produce_error(broker: EmbeddedBroker, admin: Any, topic_name: str):
@@ -64,3 +65,4 @@ def test_unknown_partition_is_a_produce_error(broker: EmbeddedBroker, admin: Any
     with pytest.raises(ProduceError, match=rf"{topic_name}"):
         producer.send(topic_name, b"k", b"v", partition=7)
         producer.flush(5)
+    producer.close(0)

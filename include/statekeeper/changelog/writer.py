@@ -36,6 +36,7 @@ class ChangelogWriter:
         self._errors: list[str] = []
         self._marker_offsets: dict[tuple[str, int], int] = {}
         self.records_sent = 0
+        self._closed = False
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
@@ -111,9 +112,21 @@ class ChangelogWriter:
             return dict(self._marker_offsets)
 
     def close(self, timeout_s: float = 10.0) -> None:
-        self._producer.flush(timeout_s)
-        if self._marker_producer is not None:
-            self._marker_producer.flush(timeout_s)
+        """Deliver what is queued (best effort), then close both producers (idempotent).
+
+        Closing matters: each producer's delivery callback refers back to this writer, so an
+        unclosed one lives until a garbage collection and keeps reconnecting to a broker
+        that is gone.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for producer in (self._producer, self._marker_producer):
+            if producer is not None:
+                producer.flush(timeout_s)
+                producer.purge()  # what is left now is dropped: close() would wait for it
+                producer.poll(0)
+                producer.close()
 
 
 class PartitionSink:

@@ -46,6 +46,7 @@ class OutputProducer:
         self._failed = 0
         self._since_poll = 0
         self.sent = 0
+        self._closed = False
 
     def send(
         self,
@@ -100,8 +101,16 @@ class OutputProducer:
             )
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Deliver what is still queued (best effort; call :meth:`flush` to see errors)."""
+        """Deliver what is still queued (best effort; call :meth:`flush` to see errors), then
+        close the producer (idempotent): its delivery callback refers back to this object, so
+        an unclosed producer lives until a garbage collection, reconnecting meanwhile."""
+        if self._closed:
+            return
+        self._closed = True
         self._producer.flush(timeout_s)
+        self._producer.purge()  # what is left now is dropped: close() would wait for it
+        self._producer.poll(0)
+        self._producer.close()
 
     def __len__(self) -> int:
         """Records queued and not yet acknowledged."""

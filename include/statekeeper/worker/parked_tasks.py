@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +75,7 @@ class ParkedTasks:
         self._parked: dict[str, Any] = {}  # task dir -> open task (lock held)
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
+        self._stop_watcher = threading.Event()
 
     def take(self, task_dir: str, specs: list[Any]) -> Any | None:
         """The parked state of ``task_dir`` (now the caller's), or None. A state parked with
@@ -93,25 +93,33 @@ class ParkedTasks:
             previous = self._parked.pop(task_dir, None)
             self._parked[task_dir] = state
             if self._watcher is None:
+                self._stop_watcher = threading.Event()
                 self._watcher = threading.Thread(
-                    target=self._watch, name="statekeeper-parked-tasks", daemon=True
+                    target=self._watch,
+                    args=(self._stop_watcher,),
+                    name="statekeeper-parked-tasks",
+                    daemon=True,
                 )
                 self._watcher.start()
         if previous is not None and previous is not state:
             previous.close()
 
     def close_all(self) -> None:
+        """Close every parked task (uncommitted batches are replayed by the next holder) and
+        stop the watcher, which would otherwise keep this object and its clients alive; the
+        next :meth:`park` starts a new one."""
         with self._lock:
             states, self._parked = list(self._parked.values()), {}
+            self._watcher = None
+            self._stop_watcher.set()
         for state in states:
             _close(state)
 
     def __len__(self) -> int:
         return len(self._parked)
 
-    def _watch(self) -> None:
-        while True:
-            time.sleep(self._poll_s)
+    def _watch(self, stop: threading.Event) -> None:
+        while not stop.wait(self._poll_s):
             with self._lock:
                 wanted = [d for d, s in self._parked.items() if s.release_requested()]
                 released = [self._parked.pop(d) for d in wanted]

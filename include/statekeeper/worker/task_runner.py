@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 from statekeeper.errors import StatekeeperError
@@ -55,9 +56,34 @@ class _WorkerServices:
         self.parked = ParkedTasks(commit_before_release=ParkedTask.commit_held, busy=self.busy)
 
 
+    def close(self) -> None:
+        """Close the parked tasks (the next holder replays what they had not committed), the
+        output producer and the changelog producers."""
+        self.parked.close_all()
+        self.outputs.close()
+        self.env.close()
+
+
+#: Every services object alive in this process, so they can be closed (weak: an evicted one
+#: that nothing else holds goes as before).
+_ALIVE_SERVICES: weakref.WeakSet[_WorkerServices] = weakref.WeakSet()
+
+
 @functools.lru_cache(maxsize=4)
 def _services(settings_json: str) -> _WorkerServices:
-    return _WorkerServices(StatekeeperSettings.model_validate_json(settings_json))
+    services = _WorkerServices(StatekeeperSettings.model_validate_json(settings_json))
+    _ALIVE_SERVICES.add(services)
+    return services
+
+
+def close_worker_services() -> None:
+    """Close and forget this process's per-process clients and parked tasks (tests, and a
+    process that stops hosting tasks); the next task starts new ones."""
+    alive = list(_ALIVE_SERVICES)  # before the cache lets go of them
+    _services.cache_clear()
+    for services in alive:
+        _ALIVE_SERVICES.discard(services)
+        services.close()
 
 
 #: How long a worker waits for a busy task's holder to claim it before asking for the lock
