@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from statekeeper.app.child_process import child_env
 from statekeeper.errors import StatekeeperError
 
 SPARK_APPS = Path(__file__).resolve().parent
@@ -62,7 +63,11 @@ class AppProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=child_env(),  # the app dies with this process, even by kill -9
             )
         return self
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from statekeeper.app.child_process import die_with_parent
 from statekeeper.app.spec import load_app_spec
 from statekeeper.errors import ConfigError, StatekeeperError
 
@@ -76,7 +77,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, spec_required: bool) -
 
 
 def main(default_spec: Path | None = None, argv: Sequence[str] | None = None) -> int:
-    """Entry point for ``spark_apps/*/app.py``."""
+    """Entry point for ``spark_apps/*/app.py`` and for apps run as child processes."""
+    die_with_parent()  # a no-op unless the parent asked (see statekeeper.app.child_process)
     parser = argparse.ArgumentParser(description="Run a statekeeper app on Spark")
     add_run_arguments(parser, spec_required=default_spec is None)
     args = parser.parse_args(argv)
