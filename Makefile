@@ -20,11 +20,13 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: help venv install test lint demo bench-restore bench-throughput lock clean distclean
+.PHONY: help venv install test test-chaos lint demo bench-restore bench-throughput lock clean distclean
 
 help:
 	@echo "make venv|install  create .venv and install requirements.lock + statekeeper (editable)"
-	@echo "make test          ruff, then the whole pytest suite (tests start their own servers)"
+	@echo "make test          ruff, then the whole pytest suite (tests start their own servers;"
+	@echo "                   the kill -9 e2e kills each app 5 times at random)"
+	@echo "make test-chaos    only the e2e tests, 20 random kill -9s per app (seeds printed)"
 	@echo "make lint          ruff only"
 	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery"
 	@echo "make bench-restore run the restore benchmark (prints JSON)"
@@ -56,6 +58,10 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
+
+# A failing run prints its seed and kill count: rerun with STATEKEEPER_E2E_SEED=<seed>.
+test-chaos: $(STAMP)
+	STATEKEEPER_E2E_KILLS=20 $(VENV)/bin/pytest -q -m e2e -rA
 
 demo: $(STAMP)
 	$(PY) -m spark_apps.patient_monitoring.demo

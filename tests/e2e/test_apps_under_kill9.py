@@ -1,6 +1,7 @@
 """End to end: the shipped apps on Spark, killed with SIGKILL at random moments.
 
-Each app is started 10 times and killed with ``kill -9`` (whole process group: driver JVM
+Each app is started ``STATEKEEPER_E2E_KILLS`` times (5 by default, as ``make test`` runs it;
+20 in ``make test-chaos``) and killed with ``kill -9`` (whole process group: driver JVM
 and Python workers) at a random moment after its first micro-batch began; one task's state
 directory is deleted along the way; a final run drains the input. Then every store, the
 DLQ and the deduplicated outputs are compared with an independent recomputation from the
@@ -29,13 +30,20 @@ from statekeeper.processing.output_reader import read_deduped as deduped
 from statekeeper.processing.output_reader import source_positions as sources_of
 from tests.e2e.harness import AppUnderTest
 
-KILLS_PER_APP = int(os.environ.get("STATEKEEPER_E2E_KILLS", "10"))
+KILLS_PER_APP = int(os.environ.get("STATEKEEPER_E2E_KILLS", "5"))
 PARTITIONS = 4
+
+# Whole apps in child processes (the `e2e` tier, `make test-chaos`); each run takes ~20 s, so
+# the time limit grows with the number of kills.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(max(600, 60 * (KILLS_PER_APP + 1)))]
 
 
 def _seed() -> int:
     seed = int(os.environ.get("STATEKEEPER_E2E_SEED", random.randrange(1 << 30)))
-    print(f"e2e seed {seed} (rerun with STATEKEEPER_E2E_SEED={seed})")
+    print(
+        f"e2e seed {seed}, {KILLS_PER_APP} kills (rerun with STATEKEEPER_E2E_SEED={seed} "
+        f"STATEKEEPER_E2E_KILLS={KILLS_PER_APP})"
+    )
     return seed
 
 
