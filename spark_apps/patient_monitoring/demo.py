@@ -176,6 +176,9 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
         _compare("DLQ (malformed inputs)", sorted(dlq), sorted(expected.dlq), problems)
         if python_ref.pulse_windows != expected.pulse_windows:
             problems.append("the Spark and pure-Python recomputations disagree")
+        dropped = (status.get("tasks") or {}).get(DROPPED_TASK, {}).get("restore") or []
+        if not dropped or not all(r["full"] for r in dropped):
+            problems.append(f"task {DROPPED_TASK} lost its state but no full restore was reported")
     for problem in problems:
         console.print(f"  [red]✗[/] {problem}")
     if problems:

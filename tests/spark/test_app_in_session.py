@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,23 @@ def test_app_runs_in_a_caller_session_and_reports_spark_progress(
         assert app.recent_progress == []
         app.run(stop_when_idle=True, idle_s=1.0)
 
+        expected = recompute(read_topic(bootstrap, "lines"))
+        assert read_store(settings, topology, "word-counts", 2) == expected.counts
+
+        # A restart after task 1_1 (the counts of partition 1) lost its state directory: the status says how
+        # each task got its state back (1_1 fully from its changelog, 1_0 from local state).
+        shutil.rmtree(settings.state_dir / "in-session" / "1_1")
+        for i in range(600, 700):
+            producer.produce("lines", WORDS[i % len(WORDS)].encode(), b"%d" % i, i % 2)
+        assert producer.flush(15) == 0
+        restarted = StatekeeperApp(topology, settings)
+        restarted.run(stop_when_idle=True, idle_s=1.0)
+        tasks = restarted.board.snapshot()["tasks"]
+        lost = {r["store"]: r for r in tasks["1_1"]["restore"]}
+        kept = {r["store"]: r for r in tasks["1_0"]["restore"]}
+        assert lost["word-counts"]["full"] and lost["word-counts"]["reason"] == "no local state"
+        assert lost["word-counts"]["records"] > 0
+        assert not kept["word-counts"]["full"]
         expected = recompute(read_topic(bootstrap, "lines"))
         assert read_store(settings, topology, "word-counts", 2) == expected.counts
 

@@ -406,6 +406,12 @@ class StatekeeperApp:
     def _note_committed(self, results: list[TaskRunResult]) -> None:
         self.planner.note_results(results)
         for result in results:
+            if result.task_id not in self._opened and not result.warm:
+                # The first open of a task in this run is the restore that matters (later
+                # opens replay only the previous batch's markers). It may be the commit-only
+                # run that replays lost batches before the query starts.
+                self._opened.add(result.task_id)
+                self.board.update_task(result.task_id, restore=result.restored)
             self.board.update_task(
                 result.task_id,
                 committed_batch_id=result.committed_batch_id,
@@ -451,11 +457,6 @@ class StatekeeperApp:
                 tp = (r.topic, r.partition)
                 self._positions[tp] = max(self._positions.get(tp, 0), r.end)
         for result in results:
-            if result.task_id not in self._opened:
-                # The first open of a task in this run is the restore that matters
-                # (later opens replay only the previous batch's markers).
-                self._opened.add(result.task_id)
-                self.board.update_task(result.task_id, restore=result.restored)
             self.board.update_task(
                 result.task_id,
                 worker_pid=result.worker_pid,
