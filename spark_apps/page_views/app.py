@@ -3,10 +3,14 @@
     spark-submit spark_apps/page_views/app.py   # needs topic page-views (key user, JSON value)
 """
 
-from statekeeper.app.statekeeper_app import StatekeeperApp
-from statekeeper.processing.dsl import Materialized, StreamsBuilder, Suppressed
-from statekeeper.settings import load_settings
-from statekeeper.stores.time_windows import TimeWindows
+from statekeeper import (
+    Materialized,
+    StatekeeperApp,
+    StreamsBuilder,
+    Suppressed,
+    TimeWindows,
+    load_settings,
+)
 
 
 def build_topology(burst: int = 100):

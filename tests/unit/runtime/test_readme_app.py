@@ -39,3 +39,11 @@ def test_page_views_counts_users_and_reports_closed_bursty_minutes(tmp_path) -> 
     assert h.emitter.kv("page-view-bursts", decode=as_json) == [
         ("ann", {"minute": 0, "views": 3})
     ]
+
+
+def test_the_readme_shows_the_app_file_as_it_is() -> None:
+    readme = (APP_FILE.parents[2] / "README.md").read_text()
+    shown = readme.split("`spark_apps/page_views/app.py`:\n\n```python\n", 1)[1].split("```")[0]
+    code = APP_FILE.read_text()
+    body = code[code.index('"""', 3) + 3 :].lstrip("\n")  # the file after its docstring
+    assert shown == body
