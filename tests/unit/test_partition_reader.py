@@ -14,6 +14,8 @@ import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from statekeeper.kafka.partition_reader import (
+    POLL_TIMEOUT_S,
+    STALE_HINT_POLL_S,
     NullKeyError,
     OffsetOutOfRangeError,
     PartitionFetchError,
@@ -41,10 +43,12 @@ class ScriptedConsumer:
     def __init__(self, chunks: Iterable[list[Message]]) -> None:
         self.chunks = list(chunks)
         self.asked: list[int] = []
+        self.timeouts: list[float] = []
         self.paused: list[tuple[str, int]] = []
 
     def consume(self, num_messages: int, timeout: float) -> list[Message]:
         self.asked.append(num_messages)
+        self.timeouts.append(timeout)
         return self.chunks.pop(0) if self.chunks else []
 
     def pause(self, partitions: list[TopicPartition]) -> None:
@@ -90,6 +94,16 @@ def test_consume_asks_for_what_is_left():
     consumer = ScriptedConsumer([[eof(0, 0)]])
     read(consumer, {("t", 0): 0}, chunk_size=123).drain()
     assert consumer.asked == [123]
+
+
+def test_past_a_stale_hint_it_takes_what_is_queued_without_waiting():
+    """A trailing high watermark (start of the last produce batch + 1) as the hint: once the
+    read passes it, the rest of the batch is asked for at once, not a record per call."""
+    consumer = ScriptedConsumer([[rec(0, 0), rec(0, 1)], [rec(0, 2), rec(0, 3)], [], [eof(0, 4)]])
+    reader = read(consumer, {("t", 0): 0}, size_hints={("t", 0): 1}, chunk_size=500)
+    assert offsets(reader) == {("t", 0): [0, 1, 2, 3]} and reader.positions == {("t", 0): 4}
+    assert consumer.asked == [2, 500, 500, 500]
+    assert consumer.timeouts == [POLL_TIMEOUT_S, 0.0, 0.0, STALE_HINT_POLL_S]
 
 
 def test_an_end_offset_trims_the_run_and_an_eof_below_it_is_stale_only_if_ends_exist():

@@ -4,8 +4,9 @@ A :class:`PartitionReader` takes a consumer already assigned at the start offset
 consumes until every partition is done: at its partition EOF (invariant 5: never at the
 reported high watermark, which trails the log end on some brokers), or, when it has an end
 offset, once the record at ``end - 1`` arrived. It yields :class:`PartitionRun` s: records
-of one partition in offset order, events removed. A finished partition is paused and
-records that arrive for it later are dropped (:attr:`PartitionReader.overshot` says which).
+of one partition in offset order, events removed. A finished partition is paused (unless
+``pause_finished=False``) and records that arrive for it later are dropped
+(:attr:`PartitionReader.overshot` says which).
 
 What keeps it fast (measured on loopback, see ENVIRONMENT.md):
 - a large prefetch (:func:`~statekeeper.kafka.adapter.consumer_config`; one-shot range reads
@@ -15,7 +16,8 @@ What keeps it fast (measured on loopback, see ENVIRONMENT.md):
 - ``consume(num_messages, 0.05 s)``: a 1 s timeout stalls at the end of a partition, and
   ``consume()`` waits its whole timeout unless it gets ``num_messages``, so each call asks
   for what is left (end offsets, or size hints such as high watermarks plus one EOF event),
-  and the last call of a read returns at once; a wrong hint costs only another round;
+  and the last call of a read returns at once; past a hint that proved stale (a trailing
+  high watermark) it takes whatever is queued without waiting, not one record per call;
 - per-message work stays in C (``map``, ``any``, ``in``, ``groupby``), never a Python loop.
 
 Errors: :class:`PartitionMissingError`, :class:`OffsetOutOfRangeError`,
@@ -42,6 +44,7 @@ TP = tuple[str, int]
 
 DEFAULT_CHUNK = 20_000
 POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (ENVIRONMENT.md)
+STALE_HINT_POLL_S = 0.005  # past a stale size hint, when nothing was queued: poll briefly
 #: Error codes meaning "this topic or partition does not exist".
 MISSING_CODES = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION)
 _OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
@@ -189,6 +192,7 @@ class PartitionReader:
         self.pause_finished = pause_finished
         self.pending: set[TP] = set(starts)
         self.overshot: set[TP] = set()
+        self._got_records = False  # whether the last consume() returned anything
 
     def __iter__(self) -> Iterator[PartitionRun]:
         consumer, pending, positions = self.consumer, self.pending, self.positions
@@ -197,7 +201,8 @@ class PartitionReader:
         only_tp = next(iter(positions)) if len(positions) == 1 else None
         deadline = time.monotonic() + self.timeout_s
         while pending:
-            msgs = consumer.consume(self._wanted(), self.poll_timeout_s)
+            msgs = consumer.consume(*self._next_ask())
+            self._got_records = bool(msgs)
             if not msgs:
                 if time.monotonic() > deadline:
                     stuck = sorted(pending)
@@ -241,19 +246,26 @@ class PartitionReader:
             pass
         return self.positions
 
-    def _wanted(self) -> int:
-        """num_messages for the next consume(): what the partitions still need, so the last
-        call returns as soon as it arrives instead of waiting out its timeout."""
+    def _next_ask(self) -> tuple[int, float]:
+        """(num_messages, timeout) for the next consume(): what the partitions still need,
+        so the last call returns as soon as it arrives instead of waiting out its timeout."""
         wanted = 0
         for tp in self.pending:
             end = self.ends.get(tp)
             if end is not None:
                 wanted += end - self.positions[tp]
-            elif tp in self.size_hints:  # the records left plus the EOF event
-                wanted += max(0, self.size_hints[tp] - self.positions[tp]) + 1
-            else:
-                return self.chunk_size
-        return max(1, min(self.chunk_size, wanted))
+                continue
+            hint = self.size_hints.get(tp)
+            if hint is None:
+                return self.chunk_size, self.poll_timeout_s
+            if self.positions[tp] > hint:
+                # Read past its hint: a high watermark that trails the log end (the start of
+                # the last produce batch + 1). The rest of that batch came in the same fetch,
+                # so take what is queued without waiting (not one record per call); only if
+                # nothing was, wait briefly for the next fetch.
+                return self.chunk_size, 0.0 if self._got_records else STALE_HINT_POLL_S
+            wanted += hint - self.positions[tp] + 1  # the records left plus the EOF event
+        return max(1, min(self.chunk_size, wanted)), self.poll_timeout_s
 
     def _finish(self, tp: TP) -> None:
         if tp in self.pending:
