@@ -20,10 +20,11 @@ import sys
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from statekeeper.changelog.progress import RichRestoreProgress
 from statekeeper.kafka.adapter import consumer_config
+from statekeeper.kafka.partition_reader import PartitionReader, assign_at, eof_consumer
 from statekeeper.settings import load_settings
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores import Stores, StoreSpec
@@ -51,21 +52,18 @@ def store_specs() -> list[StoreSpec]:
 
 def _read_range(consumer: Consumer, tp: TopicPartition, start: int, end: int) -> list[Event]:
     """Events at offsets [start, end), or fewer if the partition ends first."""
-    consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
-    events: list[Event] = []
-    while True:
-        msgs = consumer.consume(10_000, 0.05)
-        for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return events
-                raise RuntimeError(f"input {tp.topic}[{tp.partition}]: {err.str()}")
-            if msg.offset() >= end:
-                return events
-            events.append(Event.decode(msg.key(), msg.value()))
-            if msg.offset() == end - 1:
-                return events
+    starts = {(tp.topic, tp.partition): start}
+    assign_at(consumer, starts)
+    # Not paused when done: the next range assigns the consumer afresh.
+    reader = PartitionReader(
+        consumer,
+        starts,
+        ends={(tp.topic, tp.partition): end},
+        timeout_s=30.0,
+        chunk_size=10_000,
+        pause_finished=False,
+    )
+    return [Event.decode(m.key(), m.value()) for run in reader for m in run.messages]
 
 
 def _crash_hook(crash_at: str | None):  # type: ignore[no-untyped-def]
@@ -105,7 +103,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     source = f"{args.topic}:{args.partition}"
     next_offset = task.processed_offsets.get(source, 0)
     counts, mem, lru, win = (task.store(s.name) for s in specs)
-    consumer = Consumer(consumer_config(args.bootstrap))
+    consumer = eof_consumer(consumer_config(args.bootstrap), "counting-worker")
     tp = TopicPartition(args.topic, args.partition)
     processed = 0
     try:

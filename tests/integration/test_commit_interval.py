@@ -20,10 +20,10 @@ from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import OffsetRange
+from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.processing.dsl import Materialized, StreamsBuilder
 from statekeeper.processing.output_headers import dedupe_id
 from statekeeper.processing.output_reader import read_deduped
-from statekeeper.recompute.reader import read_topic
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.worker.task_run import BatchSlice, TaskRun
 from statekeeper.worker.task_runner import _services, run_share, settings_to_json
