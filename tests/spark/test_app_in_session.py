@@ -53,8 +53,9 @@ def test_app_runs_in_a_caller_session_and_reports_spark_progress(
         expected = recompute(read_topic(bootstrap, "lines"))
         assert read_store(settings, topology, "word-counts", 2) == expected.counts
 
-        # A restart after task 1_1 (the counts of partition 1) lost its state directory: the status says how
-        # each task got its state back (1_1 fully from its changelog, 1_0 from local state).
+        # A restart after task 1_1 (the counts of partition 1) lost its state directory: the
+        # status says how each task got its state back (1_1 fully from its changelog, 1_0
+        # from its local state).
         shutil.rmtree(settings.state_dir / "in-session" / "1_1")
         for i in range(600, 700):
             producer.produce("lines", WORDS[i % len(WORDS)].encode(), b"%d" % i, i % 2)
