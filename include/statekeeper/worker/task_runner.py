@@ -29,7 +29,7 @@ from statekeeper.settings import StatekeeperSettings
 from statekeeper.worker.parked_tasks import ParkedTask
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
 
-log = logging.getLogger("statekeeper.runtime")
+log = logging.getLogger("statekeeper.worker")
 
 
 class _WorkerServices:
@@ -54,7 +54,6 @@ class _WorkerServices:
         )
         self.busy = threading.Lock()
         self.parked = ParkedTasks(commit_before_release=ParkedTask.commit_held, busy=self.busy)
-
 
     def close(self) -> None:
         """Close the parked tasks (the next holder replays what they had not committed), the
