@@ -462,7 +462,7 @@ class StatekeeperApp:
                 worker_pid=result.worker_pid,
                 warm=result.warm,
                 last_batch_id=result.batch_id,
-                store_entries=result.store_entries,
+                store_entries_approx=result.store_entries_approx,
                 seconds=result.seconds,
             )
         self._note_committed(results)

@@ -62,7 +62,9 @@ class TaskRunResult:
     records_replayed: int = 0  # of backlog batches the state had not committed
     committed_offsets: dict[str, int] = field(default_factory=dict)
     restored: list[dict[str, Any]] = field(default_factory=list)
-    store_entries: dict[str, int] = field(default_factory=dict)
+    # RocksDB's estimate (estimate-num-keys): tombstones and overwrites not yet compacted away
+    # count too, so it can be well above the real key count.
+    store_entries_approx: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

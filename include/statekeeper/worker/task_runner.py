@@ -267,7 +267,7 @@ def _run_open_tasks(
         result.warm = opened is None
         result.worker_pid = os.getpid()
         result.restored = [_restore_report(o) for o in outcomes]
-        result.store_entries = {
+        result.store_entries_approx = {
             name: store.approximate_num_entries() for name, store in state.stores.items()
         }
         services.parked.park(str(state.task_dir.path), task)
