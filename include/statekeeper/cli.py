@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_app(commands)
     _add_generate(commands)
     _add_demo(commands)
+    _add_audit(commands)
     return parser
 
 
@@ -303,6 +304,76 @@ def _cmd_app_status(args: argparse.Namespace) -> int:
     )
     _emit(args, status, text)
     return EXIT_OK if status.get("state") not in ("ERROR",) else EXIT_ERROR
+
+
+# --- audit --------------------------------------------------------------------------------
+
+EXIT_AUDIT_FAILED = 1  # `audit changelogs`: at least one topic failed
+
+
+def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    audit = _subcommand(commands, "audit", "check an app's topics against what it needs")
+    sub = audit.add_subparsers(title="audits", metavar="AUDIT")
+    changelogs = _subcommand(
+        sub,
+        "changelogs",
+        "audit every changelog topic of an app: configs, contents, restore forecast "
+        "(exit code 1 when a topic fails)",
+        _cmd_audit_changelogs,
+    )
+    changelogs.add_argument("--app", required=True, metavar="SPEC", help="app spec (.yaml/.toml)")
+    changelogs.add_argument(
+        "--bootstrap",
+        help="Kafka bootstrap servers (default: STATEKEEPER_BOOTSTRAP_SERVERS, else the spec's)",
+    )
+    changelogs.add_argument(
+        "--fix",
+        action="store_true",
+        help="set cleanup.policy and retention.ms where they are wrong, then audit again",
+    )
+    changelogs.add_argument(
+        "--restore-rate",
+        type=float,
+        help="records/s for the restore forecast (default: 550000, measured on the "
+        "embedded broker, docs/benchmarks.md)",
+    )
+    changelogs.add_argument(
+        "--no-measure", action="store_true", help="check configs only; do not read the topics"
+    )
+
+
+def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
+    from statekeeper.app.spec import load_app_spec
+    from statekeeper.ops.audit.changelog_audit import DEFAULT_RESTORE_RATE, audit_changelogs
+
+    spec = load_app_spec(args.app)
+    overrides = {"bootstrap_servers": args.bootstrap} if args.bootstrap else {}
+    settings = spec.resolved_settings(**overrides)
+    report = audit_changelogs(
+        spec.build_topology(),
+        settings.application_id,
+        settings.bootstrap_servers,
+        fix=args.fix,
+        measure=not args.no_measure,
+        restore_rate=args.restore_rate or DEFAULT_RESTORE_RATE,
+        timeout_s=settings.broker_timeout_s,
+    )
+    lines = [f"{report.application_id}: {report.verdict}"]
+    for change in report.applied:
+        lines.append(f"  fixed {change.topic}: {change.key} {change.before} -> {change.after}")
+    for topic in report.topics:
+        line = f"  {topic.verdict:4} {topic.topic} (store {topic.store})"
+        if topic.contents is not None:
+            c = topic.contents
+            line += (
+                f": {'~' if c.sampled else ''}{c.records} records, {c.distinct_keys} keys, "
+                f"{c.tombstone_share:.1%} tombstones, {c.markers} markers; full restore "
+                f"~{topic.full_restore_seconds:.3g}s at {report.restore_rate:g} records/s"
+            )
+        lines.append(line)
+        lines.extend(f"       {reason}" for reason in topic.reasons())
+    _emit(args, report.to_dict(), "\n".join(lines))
+    return EXIT_AUDIT_FAILED if report.verdict == "fail" else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -1,0 +1,149 @@
+"""Changelog audits against the embedded broker: a too-short window retention fails and
+``--fix`` corrects it; a healthy app audits ok; absent configs are unknown, not failures."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+from statekeeper.app.topics import prepare_topics
+from statekeeper.changelog.records import MARKER_KEY, changelog_topic
+from statekeeper.cli import main
+from statekeeper.kafka.admin import ensure_topic
+from statekeeper.ops.audit.changelog_audit import audit_changelogs
+from statekeeper.processing.dsl import Materialized, StreamsBuilder
+from statekeeper.stores.time_windows import TimeWindows
+
+SIZE, GRACE, RETENTION = 10_000, 2_000, 100_000
+TOPOLOGY_FILE = f"""
+from statekeeper.processing.dsl import Materialized, StreamsBuilder
+from statekeeper.stores.time_windows import TimeWindows
+
+
+def build(input_topic):
+    b = StreamsBuilder()
+    stream = b.stream(input_topic, key_serde="str", value_serde="str")
+    stream.group_by_key().count(Materialized.as_("totals"))
+    stream.group_by_key().windowed_by(TimeWindows.tumbling({SIZE}, grace_ms={GRACE})).count(
+        Materialized.as_("windows").with_retention({RETENTION})
+    )
+    return b.build()
+"""
+
+
+def _topology(input_topic: str):
+    b = StreamsBuilder()
+    stream = b.stream(input_topic, key_serde="str", value_serde="str")
+    stream.group_by_key().count(Materialized.as_("totals"))
+    stream.group_by_key().windowed_by(TimeWindows.tumbling(SIZE, grace_ms=GRACE)).count(
+        Materialized.as_("windows").with_retention(RETENTION)
+    )
+    return b.build()
+
+
+@pytest.fixture
+def app(admin, broker):
+    """A prepared app (source with 2 partitions, changelogs created as the app creates them)."""
+    app_id = f"audit-{uuid.uuid4().hex[:8]}"
+    source = f"{app_id}-input"
+    ensure_topic(admin, source, 2)
+    topology = _topology(source)
+    prepare_topics(admin, topology, app_id, timeout_s=10)
+    return app_id, source, topology
+
+
+def _set_config(admin, topic: str, key: str, value: str) -> None:
+    resource = ConfigResource(
+        "topic",
+        topic,
+        incremental_configs=[ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=10)
+
+
+def test_healthy_app_audits_ok_and_measures_contents(app, broker) -> None:
+    app_id, _, topology = app
+    topic = changelog_topic(app_id, "totals")
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i in range(30):
+        producer.produce(topic, key=f"k{i % 10}".encode(), value=b"1", partition=i % 2)
+    producer.produce(topic, key=b"k1", value=None, partition=1)
+    producer.produce(topic, key=MARKER_KEY, value=b"{}", partition=0)
+    producer.flush(10)
+
+    report = audit_changelogs(topology, app_id, broker.bootstrap_servers, timeout_s=10)
+    assert report.verdict == "ok", [t.reasons() for t in report.topics]
+    by_store = {t.store: t for t in report.topics}
+    assert {"totals", "windows"} <= set(by_store)
+    totals = by_store["totals"]
+    assert totals.contents is not None
+    assert totals.contents.records == 32 and not totals.contents.sampled
+    assert totals.contents.distinct_keys == 10
+    assert totals.contents.tombstones == 1 and totals.contents.markers == 1
+    assert totals.full_restore_seconds is not None and totals.full_restore_seconds > 0
+
+
+def test_absent_config_is_unknown_not_a_failure(app, broker, admin) -> None:
+    app_id, source, topology = app
+    # A changelog created by hand without configs: the embedded broker reports none.
+    bare_app = f"{app_id}-bare"
+    ensure_topic(admin, changelog_topic(bare_app, "windows"), 2)
+    report = audit_changelogs(topology, bare_app, broker.bootstrap_servers, timeout_s=10)
+    windows = next(t for t in report.topics if t.store == "windows")
+    assert windows.verdict == "ok", windows.reasons()
+    unknown = {f.aspect for f in windows.findings if f.severity == "unknown"}
+    assert {"cleanup.policy", "retention.ms"} <= unknown
+    # The changelogs never created are reported, not failed.
+    totals = next(t for t in report.topics if t.store == "totals")
+    assert not totals.exists and totals.verdict == "warn"
+
+
+def test_short_window_retention_fails_and_fix_corrects_it(app, broker, admin) -> None:
+    app_id, _, topology = app
+    topic = changelog_topic(app_id, "windows")
+    _set_config(admin, topic, "retention.ms", str(SIZE + GRACE - 1))
+
+    report = audit_changelogs(topology, app_id, broker.bootstrap_servers, timeout_s=10)
+    assert report.verdict == "fail"
+    bad = next(t for t in report.topics if t.topic == topic)
+    assert bad.verdict == "fail"
+    assert any("retention.ms" in r and "size + grace" in r for r in bad.reasons())
+    assert all(t.verdict == "ok" for t in report.topics if t.topic != topic)
+
+    fixed = audit_changelogs(topology, app_id, broker.bootstrap_servers, fix=True, timeout_s=10)
+    assert fixed.verdict == "ok", [t.reasons() for t in fixed.topics]
+    assert [(c.topic, c.key, c.before) for c in fixed.applied] == [
+        (topic, "retention.ms", str(SIZE + GRACE - 1))
+    ]
+    assert int(fixed.applied[0].after) >= RETENTION
+    assert audit_changelogs(topology, app_id, broker.bootstrap_servers).verdict == "ok"
+
+
+def test_cli_exit_codes_and_json(app, broker, admin, tmp_path: Path, capsys) -> None:
+    app_id, source, _ = app
+    (tmp_path / "topo.py").write_text(TOPOLOGY_FILE)
+    spec = tmp_path / "app.yaml"
+    spec.write_text(
+        f"application_id: {app_id}\ntopology: topo.py:build\nparams: {{input_topic: {source}}}\n"
+    )
+    topic = changelog_topic(app_id, "totals")
+    _set_config(admin, topic, "cleanup.policy", "delete")
+    argv = ["audit", "changelogs", "--app", str(spec), "--bootstrap", broker.bootstrap_servers]
+
+    assert main([*argv, "--json"]) == 1
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["verdict"] == "fail"
+    assert payload["restore_rate_is_default"] is True
+
+    assert main([*argv, "--fix"]) == 0
+    out = capsys.readouterr().out
+    assert f"{topic}: cleanup.policy delete -> compact" in out
+
+    assert main(["audit", "changelogs", "--app", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read app spec" in capsys.readouterr().err
