@@ -95,6 +95,14 @@ class StatekeeperSettings(BaseSettings):
     status_file: Path | None = Field(
         None, description="Status JSON for supervisors; default <state_dir>/<app>/status.json"
     )
+    snapshot_url: str | None = Field(
+        None,
+        description="Where snapshots go (fsspec URL: file:///path or s3://bucket/prefix); "
+        "default: a 'snapshots' folder next to state_dir",
+    )
+    snapshot_s3_endpoint: str | None = Field(
+        None, description="S3 endpoint URL for s3:// snapshot URLs (MinIO, a test server)"
+    )
     spark_master: str = Field("local[2]", description="Spark master when not set by spark-submit")
     embedded_broker_port: int = Field(9092, ge=1, le=65535)
     embedded_broker_dir: Path = Field(Path("var/broker"), description="Embedded broker run dir")

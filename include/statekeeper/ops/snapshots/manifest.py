@@ -1,0 +1,119 @@
+"""The snapshot manifest: what one store's snapshot holds, as JSON, written last.
+
+A snapshot of one store of one task is a manifest plus the files it lists. The files live
+content-addressed under ``<root>/<app>/shared/<sha256>`` (shared between snapshots); the
+manifest lives at ``<root>/<app>/manifests/<task>/<store>/<snapshot_id>.json`` and is
+uploaded only after every file it lists is in place, so a snapshot without a manifest is
+never listed (DESIGN.md invariant 8).
+
+Format (``format_version`` 1)::
+
+    {"format_version": 1, "snapshot_id": "...", "app": "...", "task": "0_1",
+     "store": "counts", "store_kind": "rocksdb", "layout": "rocksdb-checkpoint",
+     "key_serde": "str", "value_serde": "int",
+     "changelog_topic": "app-counts-changelog", "changelog_partition": 1,
+     "marker_offset": 1234, "source_offsets": {"input:1": 5678}, "batch_id": 42,
+     "key_count": 1000, "window": {"size_ms": ..., "grace_ms": ..., "retention_ms": ...},
+     "files": [{"name": "000012.sst", "sha256": "...", "size": 4096}, ...],
+     "created_at": "2026-11-25T04:00:00+00:00", "statekeeper_version": "0.1.0",
+     "parent": "<snapshot_id of the previous snapshot of this task and store>" | null}
+
+``layout`` says how to read the files: ``rocksdb-checkpoint`` (a RocksDB Checkpoint
+directory, file names relative to it) or ``kv-dump`` (one ``data.kvdump`` file, see
+:mod:`statekeeper.ops.snapshots.staging`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from statekeeper.errors import StatekeeperError
+
+FORMAT_VERSION = 1
+
+
+class SnapshotError(StatekeeperError):
+    """A snapshot cannot be taken, read or stored; the message names the snapshot or path."""
+
+
+@dataclass(frozen=True)
+class SnapshotFile:
+    """One file of a snapshot: its name inside the snapshot and its content address."""
+
+    name: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything needed to find, check and (later) install one store's snapshot."""
+
+    snapshot_id: str
+    app: str
+    task: str
+    store: str
+    store_kind: str
+    layout: str
+    key_serde: str
+    value_serde: str
+    changelog_topic: str | None
+    changelog_partition: int
+    marker_offset: int | None
+    source_offsets: dict[str, int]
+    batch_id: int | None
+    key_count: int
+    files: list[SnapshotFile]
+    created_at: str
+    statekeeper_version: str
+    parent: str | None = None
+    window: dict[str, int | None] | None = None
+    format_version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def created(self) -> datetime:
+        return datetime.fromisoformat(self.created_at)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "manifest") -> Manifest:
+        """Parse a manifest; a newer format or a malformed document is a SnapshotError."""
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise SnapshotError(f"{where} is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise SnapshotError(f"{where}: expected a JSON object")
+        version = raw.get("format_version")
+        if not isinstance(version, int):
+            raise SnapshotError(f"{where}: no format_version")
+        if version > FORMAT_VERSION:
+            raise SnapshotError(
+                f"{where} has snapshot format version {version}, newer than this statekeeper "
+                f"reads ({FORMAT_VERSION}); upgrade statekeeper to read it"
+            )
+        try:
+            files = [SnapshotFile(**f) for f in raw.pop("files")]
+            return cls(files=files, **raw)
+        except (KeyError, TypeError) as exc:
+            raise SnapshotError(f"{where} is missing or has unknown fields: {exc}") from exc
+
+
+def new_snapshot_id(task: str, store: str, batch_id: int | None, now: datetime) -> str:
+    """A sortable, unique-enough id: creation time first, then task, store and batch."""
+    stamp = now.strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{stamp}-{task}-{store}-b{batch_id if batch_id is not None else 'none'}"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
