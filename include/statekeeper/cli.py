@@ -368,7 +368,8 @@ def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
             c = topic.contents
             line += (
                 f": {'~' if c.sampled else ''}{c.records} records, {c.distinct_keys} keys, "
-                f"{c.tombstone_share:.1%} tombstones, {c.markers} markers; full restore "
+                f"{c.tombstone_share:.1%} tombstones, {c.markers} markers, "
+                f"{c.superseded_share:.1%} superseded; full restore "
                 f"~{topic.full_restore_seconds:.3g}s at {report.restore_rate:g} records/s"
             )
         lines.append(line)

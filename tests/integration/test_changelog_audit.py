@@ -16,6 +16,7 @@ from statekeeper.changelog.records import MARKER_KEY, changelog_topic
 from statekeeper.cli import main
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.ops.audit.changelog_audit import audit_changelogs
+from statekeeper.ops.audit.contents import measure_changelog
 from statekeeper.processing.dsl import Materialized, StreamsBuilder
 from statekeeper.stores.time_windows import TimeWindows
 
@@ -87,6 +88,10 @@ def test_healthy_app_audits_ok_and_measures_contents(app, broker) -> None:
     assert totals.contents.distinct_keys == 10
     assert totals.contents.tombstones == 1 and totals.contents.markers == 1
     assert totals.full_restore_seconds is not None and totals.full_restore_seconds > 0
+
+    # A bounded read samples long partitions and says so.
+    sample = measure_changelog(broker.bootstrap_servers, topic, 2, max_records_per_partition=5)
+    assert sample.sampled and sample.records_read == 10 and sample.records >= 10
 
 
 def test_absent_config_is_unknown_not_a_failure(app, broker, admin) -> None:
