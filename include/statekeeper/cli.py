@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_audit(commands)
     _add_stores(commands)
+    _add_snapshot(commands)
     return parser
 
 
@@ -443,6 +444,203 @@ def _cmd_stores_inspect(args: argparse.Namespace) -> int:
     lines.append(f"{len(entries)} entries of {args.store!r}")
     payload = {"store": args.store, "entries": [asdict(e) for e in entries]}
     _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+# --- snapshot -----------------------------------------------------------------------------
+
+
+def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    snapshot = _subcommand(commands, "snapshot", "snapshots of an app's stores (DESIGN.md inv. 8)")
+    sub = snapshot.add_subparsers(title="snapshot commands", metavar="ACTION")
+    create = _subcommand(
+        sub,
+        "create",
+        "snapshot every task of a stopped app from its local state",
+        _cmd_snapshot_create,
+    )
+    listing = _subcommand(
+        sub, "list", "complete snapshots (those with a manifest)", _cmd_snapshot_list
+    )
+    verify = _subcommand(
+        sub,
+        "verify",
+        "re-hash every file of every snapshot (exit code 1 on a bad one)",
+        _cmd_snapshot_verify,
+    )
+    prune = _subcommand(
+        sub,
+        "prune",
+        "apply retention; always keeps the newest verified snapshot per store",
+        _cmd_snapshot_prune,
+    )
+    for parser in (create, listing, verify, prune):
+        parser.add_argument(
+            "--app",
+            required=True,
+            metavar="SPEC_OR_ID",
+            help="app spec (.yaml/.toml) or, except for create, an application id",
+        )
+        parser.add_argument("--url", help="snapshot root URL (default: settings.snapshot_url)")
+    for parser in (create, listing, verify):
+        parser.add_argument("--task", action="append", help="only this task (repeatable)")
+        parser.add_argument("--store", action="append", help="only this store (repeatable)")
+    create.add_argument("--state-dir", help="state root (default: the spec's settings)")
+    prune.add_argument("--keep", type=int, help="snapshots kept per task and store")
+    prune.add_argument("--max-age-h", type=float, help="drop snapshots older than this (hours)")
+    prune.add_argument(
+        "--grace-h",
+        type=float,
+        default=1.0,
+        help="unreferenced shared files and upload leftovers younger than this stay (1 h)",
+    )
+
+
+def _snapshot_target(args: argparse.Namespace, need_spec: bool = False) -> tuple[Any, Any]:
+    """(settings, app spec or None) for ``--app``: a spec file, or an application id."""
+    from statekeeper.app.spec import load_app_spec
+    from statekeeper.errors import ConfigError
+    from statekeeper.settings import load_settings
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "state_dir", None):
+        overrides["state_dir"] = Path(args.state_dir)
+    if args.url:
+        overrides["snapshot_url"] = args.url
+    if args.app.endswith((".yaml", ".yml", ".toml")) or Path(args.app).is_file():
+        spec = load_app_spec(args.app)
+        return spec.resolved_settings(**overrides), spec
+    if need_spec:
+        raise ConfigError(
+            f"snapshot create needs the app spec (.yaml/.toml) to know its stores; got {args.app!r}"
+        )
+    return load_settings(application_id=args.app, **overrides), None
+
+
+def _snapshot_storage(settings: Any, create: bool = False) -> Any:
+    from statekeeper.ops.snapshots import SnapshotStorage, snapshot_url_for
+
+    return SnapshotStorage(
+        snapshot_url_for(settings),
+        settings.application_id,
+        create=create,
+        s3_endpoint=settings.snapshot_s3_endpoint,
+    )
+
+
+def _snapshot_filter(args: argparse.Namespace, manifests: list[Any]) -> list[Any]:
+    return [
+        m
+        for m in manifests
+        if (not args.task or m.task in args.task) and (not args.store or m.store in args.store)
+    ]
+
+
+def _cmd_snapshot_create(args: argparse.Namespace) -> int:
+    from statekeeper.ops.snapshots.app_snapshot import snapshot_app
+
+    settings, spec = _snapshot_target(args, need_spec=True)
+    storage = _snapshot_storage(settings, create=True)
+    results = snapshot_app(
+        settings, spec.build_topology(), storage, tasks=args.task, stores=args.store
+    )
+    total = sum(r.bytes_total for r in results)
+    uploaded = sum(r.bytes_uploaded for r in results)
+    payload = {
+        "application_id": settings.application_id,
+        "url": storage.url,
+        "snapshots": [r.as_dict() for r in results],
+        "bytes_total": total,
+        "bytes_uploaded": uploaded,
+    }
+    lines = [
+        f"{settings.application_id}: {len(results)} store snapshot(s) to {storage.url}; "
+        f"uploaded {uploaded} of {total} bytes"
+    ]
+    lines += [
+        f"  {r.manifest.task} {r.manifest.store}: {r.manifest.snapshot_id} "
+        f"({r.manifest.key_count} keys, batch {r.manifest.batch_id}, pause {r.pause_ms:.1f} ms, "
+        f"uploaded {r.bytes_uploaded}/{r.bytes_total} bytes)"
+        for r in results
+    ]
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def _cmd_snapshot_list(args: argparse.Namespace) -> int:
+    from statekeeper.ops.snapshots import list_snapshots
+
+    settings, _ = _snapshot_target(args)
+    storage = _snapshot_storage(settings)
+    manifests = _snapshot_filter(args, list_snapshots(storage))
+    rows = [
+        {
+            "snapshot_id": m.snapshot_id,
+            "task": m.task,
+            "store": m.store,
+            "batch_id": m.batch_id,
+            "key_count": m.key_count,
+            "bytes": m.total_bytes,
+            "created_at": m.created_at,
+            "marker_offset": m.marker_offset,
+            "parent": m.parent,
+        }
+        for m in manifests
+    ]
+    lines = [f"{settings.application_id}: {len(rows)} snapshot(s) in {storage.url}"]
+    lines += [f"  {r['snapshot_id']}  {r['key_count']} keys  {r['bytes']} bytes" for r in rows]
+    _emit(args, {"application_id": settings.application_id, "snapshots": rows}, "\n".join(lines))
+    return EXIT_OK
+
+
+def _cmd_snapshot_verify(args: argparse.Namespace) -> int:
+    from statekeeper.ops.snapshots import list_snapshots, verify_snapshot
+
+    settings, _ = _snapshot_target(args)
+    storage = _snapshot_storage(settings)
+    results = [verify_snapshot(storage, m) for m in _snapshot_filter(args, list_snapshots(storage))]
+    bad = [r for r in results if not r.ok]
+    lines = [
+        f"{settings.application_id}: {len(results) - len(bad)} of {len(results)} "
+        "snapshot(s) verified"
+    ]
+    for r in bad:
+        problems = ", ".join(f"{b['name']} ({b['problem']})" for b in r.bad)
+        lines.append(f"  BAD {r.manifest.snapshot_id}: {problems}")
+    payload = {
+        "application_id": settings.application_id,
+        "ok": not bad,
+        "snapshots": [r.as_dict() for r in results],
+    }
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK if not bad else 1
+
+
+def _cmd_snapshot_prune(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from statekeeper.errors import ConfigError
+    from statekeeper.ops.snapshots import prune
+
+    if args.keep is None and args.max_age_h is None:
+        raise ConfigError("snapshot prune needs --keep N and/or --max-age-h H")
+    if (args.keep is not None and args.keep < 0) or (args.max_age_h or 0) < 0:
+        raise ConfigError("--keep and --max-age-h must be >= 0")
+    settings, _ = _snapshot_target(args)
+    storage = _snapshot_storage(settings)
+    report = prune(
+        storage,
+        keep=args.keep,
+        max_age=None if args.max_age_h is None else timedelta(hours=args.max_age_h),
+        grace=timedelta(hours=args.grace_h),
+    )
+    text = (
+        f"{settings.application_id}: kept {len(report.kept)}, deleted "
+        f"{len(report.deleted_snapshots)} snapshot(s), {len(report.deleted_shared)} shared "
+        f"file(s), {len(report.deleted_leftovers)} leftover(s)"
+        + (f"; failed verify: {report.unverified}" if report.unverified else "")
+    )
+    _emit(args, {"application_id": settings.application_id, **report.as_dict()}, text)
     return EXIT_OK
 
 

@@ -38,8 +38,16 @@ class SnapshotStorage:
     """Snapshots of one app under a root URL."""
 
     def __init__(
-        self, url: str, app: str, *, s3_endpoint: str | None = None, **storage_options: Any
+        self,
+        url: str,
+        app: str,
+        *,
+        create: bool = True,
+        s3_endpoint: str | None = None,
+        **storage_options: Any,
     ) -> None:
+        """Open ``url`` for ``app``; with ``create=False`` (readers: list, verify, prune) an
+        app without any snapshot there is an error naming it, not an empty history."""
         self.url = url
         self.app = app
         if (url.startswith("s3://") or url.startswith("s3a://")) and s3_endpoint:
@@ -52,27 +60,34 @@ class SnapshotStorage:
         self.local = self.fs.protocol in ("file", "local") or "file" in self.fs.protocol
         self.root = root.rstrip("/")
         self.base = f"{self.root}/{app}"
-        self._check()
+        self._check(create)
 
-    def _check(self) -> None:
-        """Fail early and by name on a missing bucket or an unusable path."""
+    def _check(self, create: bool) -> None:
+        """Fail early and by name on a missing bucket, bad credentials, an unusable path or
+        (readers) an app with no snapshots."""
         if self.local:
             try:
-                self.fs.makedirs(self.base, exist_ok=True)
+                if create:
+                    self.fs.makedirs(self.base, exist_ok=True)
             except OSError as exc:
                 raise SnapshotError(f"snapshot storage {self.url!r}: {exc}") from exc
-            return
-        bucket = self.root.split("/", 1)[0]
-        try:
-            exists = self.fs.exists(bucket)
-        except Exception as exc:  # s3fs raises botocore/permission errors of many kinds
+        else:
+            bucket = self.root.split("/", 1)[0]
+            try:
+                self.fs.ls(bucket, refresh=True)
+            except FileNotFoundError as exc:
+                raise SnapshotError(
+                    f"snapshot storage {self.url!r}: bucket {bucket!r} does not exist (create "
+                    "it first, statekeeper does not)"
+                ) from exc
+            except Exception as exc:  # permission, endpoint, credential errors of many kinds
+                raise SnapshotError(
+                    f"snapshot storage {self.url!r}: cannot read bucket {bucket!r}: {exc}"
+                ) from exc
+        if not create and not self.fs.exists(f"{self.base}/manifests"):
             raise SnapshotError(
-                f"snapshot storage {self.url!r}: cannot reach bucket {bucket!r}: {exc}"
-            ) from exc
-        if not exists:
-            raise SnapshotError(
-                f"snapshot storage {self.url!r}: bucket {bucket!r} does not exist (create it "
-                "first, statekeeper does not)"
+                f"no snapshots of app {self.app!r} in {self.url!r} (unknown app, or wrong "
+                "snapshot URL?)"
             )
 
     # -- paths -----------------------------------------------------------------------------
