@@ -14,6 +14,8 @@ from statekeeper.ops.snapshots import (
     list_snapshots,
     prune,
     snapshot_task,
+    stage_task,
+    upload_staged,
     verify_snapshot,
 )
 from statekeeper.ops.snapshots.staging import KV_DUMP_FILE, read_kv_dump
@@ -148,3 +150,32 @@ def test_snapshot_to_s3_and_bad_input(broker, tmp_path, topic_name, moto_s3):
     # Another app's storage does not accept these manifests.
     other = SnapshotStorage("s3://snaps/apps", "other-app", **moto_s3.options)
     assert list_snapshots(other) == []
+
+
+def test_snapshot_from_an_after_commit_hook(broker, tmp_path, topic_name):
+    """The hook path the running app will use: stage at the commit boundary, then upload."""
+    env = _env(broker, tmp_path, topic_name)
+    storage = SnapshotStorage((tmp_path / "snaps").as_uri(), topic_name)
+    seen: list = []
+    try:
+        task = env.task("0_0", 0, SPECS)
+        task.open()
+
+        def hook(batch):
+            staged = stage_task(task, tmp_path / "staging", committed=batch)
+            seen.append((batch, [upload_staged(s, storage) for s in staged]))
+
+        task.add_after_commit_hook(hook)
+        _fill(task, random.Random(2), list(range(500)), batch=4)
+        task.close()
+    finally:
+        env.close()
+    [(batch, results)] = seen
+    by_store = _by_store(results)
+    for name in ("kv", "mem"):
+        manifest = by_store[name].manifest
+        assert manifest.marker_offset == batch.marker_offsets[name]
+        assert manifest.batch_id == 4 and manifest.source_offsets == {"in:0": 5}
+        assert manifest.key_count == 500
+    assert all(r.pause_ms >= 0 for r in results)
+    assert not any((tmp_path / "staging").rglob("*.sst"))  # staging cleaned after upload
