@@ -204,3 +204,13 @@ def test_prune_spares_young_unreferenced_files_and_leftovers(tmp_path) -> None:
     assert report.deleted_shared == [orphan.sha256]
     assert report.deleted_leftovers == [str(leftover)] and not leftover.exists()
     assert len(list_snapshots(storage)) == 1
+
+
+def test_snapshot_url_defaults_next_to_the_state_dir(tmp_path) -> None:
+    from statekeeper.ops.snapshots import snapshot_url_for
+    from statekeeper.settings import load_settings
+
+    settings = load_settings(state_dir=tmp_path / "var" / "state")
+    assert snapshot_url_for(settings) == (tmp_path / "var" / "snapshots").as_uri()
+    settings = load_settings(snapshot_url="s3://bucket/prefix")
+    assert snapshot_url_for(settings) == "s3://bucket/prefix"
