@@ -147,6 +147,12 @@ def test_snapshot_to_s3_and_bad_input(broker, tmp_path, topic_name, moto_s3):
     # Nothing changed between the two snapshots: the SST files were not uploaded again.
     kv_again = next(r for r in again if r.manifest.store == "kv")
     assert kv_again.bytes_uploaded < kv_again.bytes_total / 2
+    # Retention on S3: one snapshot per store stays, every file it needs too.
+    report = prune(storage, keep=1, grace=timedelta(0))
+    assert len(report.kept) == 2 and len(report.deleted_snapshots) == 2
+    kept = list_snapshots(storage)
+    assert {m.snapshot_id for m in kept} == set(report.kept)
+    assert all(verify_snapshot(storage, m).ok for m in kept)
     # Another app's storage does not accept these manifests.
     other = SnapshotStorage("s3://snaps/apps", "other-app", **moto_s3.options)
     assert list_snapshots(other) == []

@@ -6,10 +6,12 @@ Layout under ``<root>/<app>/``::
     manifests/<task>/<store>/<snapshot_id>.json     one per complete snapshot, written last
     staging/<upload_id>/<sha256>                    uploads in flight; moved into shared/
 
-A file is uploaded to ``staging/`` and then moved into ``shared/``, so ``shared/`` never
-holds a partial file; leftovers of an interrupted upload stay in ``staging/`` until prune
-removes them. ``file://`` (the default) and ``s3://`` (s3fs; credentials from the
-environment, endpoint from ``snapshot_s3_endpoint``) are supported.
+On ``file://`` a file is written to ``staging/`` and then renamed into ``shared/``, so
+``shared/`` never holds a partial file; leftovers of an interrupted upload stay in
+``staging/`` until prune removes them. On S3 an object becomes visible only when its upload
+completes, so files go to ``shared/`` directly. ``file://`` (the default) and ``s3://``
+(s3fs; credentials from the environment, endpoint from ``snapshot_s3_endpoint``) are
+supported.
 """
 
 from __future__ import annotations
@@ -50,9 +52,12 @@ class SnapshotStorage:
         app without any snapshot there is an error naming it, not an empty history."""
         self.url = url
         self.app = app
-        if (url.startswith("s3://") or url.startswith("s3a://")) and s3_endpoint:
-            client = storage_options.setdefault("client_kwargs", {})
-            client.setdefault("endpoint_url", s3_endpoint)
+        if url.startswith(("s3://", "s3a://")):
+            # Another process (an uploader, a prune) changes the bucket: no stale listings.
+            storage_options.setdefault("use_listings_cache", False)
+            if s3_endpoint:
+                client = storage_options.setdefault("client_kwargs", {})
+                client.setdefault("endpoint_url", s3_endpoint)
         try:
             self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         except (ImportError, ValueError) as exc:
@@ -113,11 +118,14 @@ class SnapshotStorage:
         target = self.shared_path(sha256)
         if self.fs.exists(target):
             return False
+        if not self.local:
+            # An S3 object (multipart included) appears only once complete: no temp copy.
+            self.fs.put_file(str(local), target)
+            return True
         upload_dir = f"{self.staging_root}/{uuid.uuid4().hex}"
         temp = f"{upload_dir}/{sha256}"
-        if self.local:
-            self.fs.makedirs(upload_dir, exist_ok=True)
-            self.fs.makedirs(f"{self.base}/shared", exist_ok=True)
+        self.fs.makedirs(upload_dir, exist_ok=True)
+        self.fs.makedirs(f"{self.base}/shared", exist_ok=True)
         self.fs.put_file(str(local), temp)
         self.fs.mv(temp, target)
         self._remove_quietly(upload_dir, recursive=True)
