@@ -148,3 +148,28 @@ def test_restore_refuses_foreign_or_newer_snapshots(
         assert _live_state(env) == live  # refused before touching local state
     finally:
         env.close()
+
+
+def test_restore_from_s3(broker, tmp_path, topic_name, moto_s3):
+    env = _env(broker, tmp_path, topic_name)
+    moto_s3.make_bucket("restore")
+    storage = SnapshotStorage("s3://restore/apps", topic_name, **moto_s3.options)
+    rng = random.Random(11)
+    try:
+        with env.task("0_0", 0, SPECS) as task:
+            _fill(task, rng, list(range(500)), batch=0)
+            snapshot_task(task, storage, tmp_path / "staging")
+            _fill(task, rng, rng.sample(range(500), TAIL_KEYS), batch=1)
+        live = _live_state(env)
+        shutil.rmtree(TaskDirectory(tmp_path / "state", topic_name, "0_0").path)
+        # A leftover of a restore that died mid-download is cleaned up.
+        leftover = TaskDirectory(tmp_path / "state", topic_name, "0_0").store_path("kv")
+        leftover = leftover.parent / ".restore-kv-dead"
+        leftover.mkdir(parents=True)
+        [report] = restore_task(env, storage, "0_0", SPECS, stores=["kv"])
+        assert report.source == "snapshot" and report.records_replayed == TAIL_KEYS
+        assert report.bytes_downloaded > 0
+        assert _live_state(env) == live
+        assert not leftover.exists()
+    finally:
+        env.close()

@@ -165,6 +165,10 @@ def install_store(
     report = StoreRestore(task_id, store, source="full replay")
     started = time.perf_counter()
     path = TaskDirectory(settings.state_dir, settings.application_id, task_id).store_path(store)
+    if path.parent.is_dir():
+        # Downloads of an earlier restore that died before moving them into place.
+        for leftover in path.parent.glob(f".restore-{store}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
     candidates = [] if from_snapshot == NONE or storage is None else None
     if candidates is None:
         assert storage is not None
