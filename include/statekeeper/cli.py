@@ -668,6 +668,30 @@ def _add_restore(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
 
 
+def _download_progress(enabled: bool) -> Any:
+    """A context giving a rich progress callback per downloaded snapshot on a terminal, or
+    None (no bar)."""
+    import contextlib
+
+    if not enabled:
+        return contextlib.nullcontext(None)
+    from rich.progress import DownloadColumn, Progress
+
+    @contextlib.contextmanager
+    def bars() -> Any:
+        ids: dict[tuple[str, str], Any] = {}
+        with Progress(*Progress.get_default_columns(), DownloadColumn(), transient=True) as bar:
+
+            def update(task: str, store: str, done: int, total: int) -> None:
+                if (task, store) not in ids:
+                    ids[(task, store)] = bar.add_task(f"{task} {store}", total=total)
+                bar.update(ids[(task, store)], completed=done, total=total)
+
+            yield update
+
+    return bars()
+
+
 def _cmd_restore(args: argparse.Namespace) -> int:
     from statekeeper.errors import ConfigError
     from statekeeper.ops.restore import NONE, restore_app
@@ -676,14 +700,16 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     if spec is None:
         raise ConfigError(f"restore needs the app spec (.yaml/.toml); got {args.app!r}")
     storage = None if args.from_snapshot == NONE else _snapshot_storage(settings)
-    reports = restore_app(
-        settings,
-        spec.build_topology(),
-        storage,
-        tasks=args.task,
-        stores=args.store,
-        from_snapshot=args.from_snapshot,
-    )
+    with _download_progress(enabled=not args.json and sys.stderr.isatty()) as progress:
+        reports = restore_app(
+            settings,
+            spec.build_topology(),
+            storage,
+            tasks=args.task,
+            stores=args.store,
+            from_snapshot=args.from_snapshot,
+            progress=progress,
+        )
     payload = {
         "application_id": settings.application_id,
         "stores": [r.as_dict() for r in reports],

@@ -166,9 +166,13 @@ def test_restore_from_s3(broker, tmp_path, topic_name, moto_s3):
         leftover = TaskDirectory(tmp_path / "state", topic_name, "0_0").store_path("kv")
         leftover = leftover.parent / ".restore-kv-dead"
         leftover.mkdir(parents=True)
-        [report] = restore_task(env, storage, "0_0", SPECS, stores=["kv"])
+        seen: list[tuple[str, str, int, int]] = []
+        [report] = restore_task(
+            env, storage, "0_0", SPECS, stores=["kv"], progress=lambda *a: seen.append(a)
+        )
         assert report.source == "snapshot" and report.records_replayed == TAIL_KEYS
         assert report.bytes_downloaded > 0
+        assert seen[-1] == ("0_0", "kv", report.bytes_downloaded, report.bytes_downloaded)
         assert _live_state(env) == live
         assert not leftover.exists()
     finally:

@@ -25,6 +25,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ LATEST = "latest"
 NONE = "none"
 _CHUNK = 1 << 20
 _TASK_ID = re.compile(r"^(\d+)_(\d+)$")
+
+#: Download progress: ``(task, store, bytes done, bytes total of the snapshot)``.
+Progress = Callable[[str, str, int, int], None]
 
 
 class RestoreError(SnapshotError):
@@ -111,11 +115,18 @@ def _candidates(
     return found[ids.index(from_snapshot) :]
 
 
-def _download(storage: SnapshotStorage, manifest: Manifest, target: Path) -> int:
-    """Fetch every file of ``manifest`` into ``target``, checking size and SHA-256; returns
-    the bytes read. Raises :class:`_Rejected` naming the first bad file."""
+def _download(
+    storage: SnapshotStorage,
+    manifest: Manifest,
+    target: Path,
+    report: StoreRestore,
+    progress: Progress | None,
+) -> None:
+    """Fetch every file of ``manifest`` into ``target``, checking size and SHA-256 and
+    counting the bytes read into ``report``; raises :class:`_Rejected` naming the first bad
+    file."""
     target.mkdir(parents=True)
-    read = 0
+    done = 0
     for entry in manifest.files:
         digest, size = hashlib.sha256(), 0
         try:
@@ -124,16 +135,17 @@ def _download(storage: SnapshotStorage, manifest: Manifest, target: Path) -> int
                     digest.update(chunk)
                     dst.write(chunk)
                     size += len(chunk)
+                    report.bytes_downloaded += len(chunk)
+                    if progress is not None:
+                        progress(manifest.task, manifest.store, done + size, manifest.total_bytes)
         except FileNotFoundError as exc:
             raise _Rejected(f"file {entry.name} ({entry.sha256}) is missing") from exc
-        finally:
-            read += size
+        done += size
         if size != entry.size or digest.hexdigest() != entry.sha256:
             raise _Rejected(
                 f"file {entry.name} failed verification (sha256 {digest.hexdigest()[:12]}… "
                 f"size {size}, expected {entry.sha256[:12]}… size {entry.size})"
             )
-    return read
 
 
 def _check_belongs(manifest: Manifest, app: str, partition: int) -> None:
@@ -157,6 +169,7 @@ def install_store(
     partition: int,
     store: str,
     from_snapshot: str = LATEST,
+    progress: Progress | None = None,
 ) -> StoreRestore:
     """Put the best verified snapshot of ``store`` into place (or wipe it for a full replay).
 
@@ -169,19 +182,18 @@ def install_store(
         # Downloads of an earlier restore that died before moving them into place.
         for leftover in path.parent.glob(f".restore-{store}-*"):
             shutil.rmtree(leftover, ignore_errors=True)
-    candidates = [] if from_snapshot == NONE or storage is None else None
-    if candidates is None:
-        assert storage is not None
+    candidates: list[Manifest] = []
+    if from_snapshot == NONE or storage is None:
+        report.note = "full changelog replay requested"
+    else:
         candidates = _candidates(storage, task_id, store, from_snapshot)
         if not candidates:
             report.note = f"no snapshot of task {task_id} store {store}"
-    else:
-        report.note = "full changelog replay requested"
     for manifest in candidates:
         temp = path.parent / f".restore-{store}-{uuid.uuid4().hex}"
         try:
             _check_belongs(manifest, settings.application_id, partition)
-            report.bytes_downloaded += _download(storage, manifest, temp)  # type: ignore[arg-type]
+            _download(storage, manifest, temp, report, progress)  # type: ignore[arg-type]
         except _Rejected as exc:
             report.fallbacks.append({"snapshot_id": manifest.snapshot_id, "reason": str(exc)})
             shutil.rmtree(temp, ignore_errors=True)
@@ -211,6 +223,7 @@ def restore_task(
     *,
     stores: list[str] | None = None,
     from_snapshot: str = LATEST,
+    progress: Progress | None = None,
 ) -> list[StoreRestore]:
     """Install snapshots of the task's selected stores, then open and close the task once
     so the changelog tail is replayed and committed; one report per selected store."""
@@ -240,7 +253,7 @@ def restore_task(
                 )
             else:
                 reports[spec.name] = install_store(
-                    settings, storage, task_id, partition, spec.name, from_snapshot
+                    settings, storage, task_id, partition, spec.name, from_snapshot, progress
                 )
     task = env.task(task_id, partition, specs)
     outcomes = task.open()
@@ -282,6 +295,7 @@ def restore_app(
     tasks: list[str] | None = None,
     stores: list[str] | None = None,
     from_snapshot: str = LATEST,
+    progress: Progress | None = None,
 ) -> list[StoreRestore]:
     """Restore the selected tasks (default: every task with local state or a snapshot;
     with a snapshot id, that snapshot's task and store)."""
@@ -315,7 +329,13 @@ def restore_app(
             if not chosen:
                 continue
             reports += restore_task(
-                env, storage, task_id, specs, stores=chosen, from_snapshot=from_snapshot
+                env,
+                storage,
+                task_id,
+                specs,
+                stores=chosen,
+                from_snapshot=from_snapshot,
+                progress=progress,
             )
     finally:
         env.close()
