@@ -110,6 +110,8 @@ def test_restore_cli_json(admin, broker, tmp_path, capsys):
         assert totals["records_replayed"] == 0  # nothing committed after the snapshot
         assert totals["bytes_downloaded"] > 0 and totals["batch_id"] == 3
     assert payload["bytes_downloaded"] > 0
+    # The window store and the internal task-state store come back from snapshots too.
+    assert {s["source"] for s in payload["stores"]} == {"snapshot"}, payload
 
     argv = ["restore", "--app", str(spec), "--task", "0_1", "--from-snapshot", "none"]
     assert main([*argv, "--json"]) == 0
@@ -123,6 +125,8 @@ def test_restore_cli_json(admin, broker, tmp_path, capsys):
     assert "locked by PID" in capsys.readouterr().err
     assert main(["restore", "--app", str(spec), "--from-snapshot", "no-such-id"]) == 2
     assert "no snapshot 'no-such-id'" in capsys.readouterr().err
+    assert main(["restore", "--app", str(spec), "--store", "nope", "--from-snapshot", "none"]) == 2
+    assert "no store ['nope']" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

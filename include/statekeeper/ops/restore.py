@@ -339,4 +339,6 @@ def restore_app(
             )
     finally:
         env.close()
+    if not reports:
+        raise RestoreError(f"no store {stores} in tasks {selected} of {settings.application_id!r}")
     return reports
