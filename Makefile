@@ -20,7 +20,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: help venv install test test-chaos lint demo bench-restore bench-throughput lock clean distclean
+.PHONY: help venv install test test-chaos lint demo bench-restore bench-snapshot-restore bench-throughput lock clean distclean
 
 help:
 	@echo "make venv|install  create .venv and install requirements.lock + statekeeper (editable)"
@@ -30,6 +30,7 @@ help:
 	@echo "make lint          ruff only"
 	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery"
 	@echo "make bench-restore run the restore benchmark (prints JSON)"
+	@echo "make bench-snapshot-restore  snapshot + 10k tail vs full replay, 5M records/1M keys (JSON)"
 	@echo "make bench-throughput  statekeeper vs Spark stateful peers on 1M records (JSON, ~10 min)"
 	@echo "make lock          recompile requirements.lock from requirements.in"
 	@echo "make clean         stop the embedded broker, remove caches and var/"
@@ -68,6 +69,9 @@ demo: $(STAMP)
 
 bench-restore: $(STAMP)
 	$(PY) benchmarks/restore_bench.py
+
+bench-snapshot-restore: $(STAMP)
+	@$(PY) benchmarks/snapshot_restore_bench.py
 
 bench-throughput: $(STAMP)
 	@$(PY) benchmarks/throughput_bench.py

@@ -48,6 +48,9 @@ def produce_changelog(
                     break
                 except BufferError:
                     producer.poll(0.05)
+        # Like a task's commit: the marker starts its own produce batch (the restorer relies
+        # on it when the broker's high watermark trails the log end).
+        producer.flush(60)
         for p in range(PARTITIONS):
             marker = CommitMarker(batch_id, f"0_{p}", STORE, {f"input:{p}": start + batch_records})
             producer.produce(topic, marker.encode(), MARKER_KEY, p)
