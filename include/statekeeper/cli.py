@@ -345,13 +345,19 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
 
-def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
+def _spec_app(spec_file: str, **overrides: Any) -> tuple[Any, Any]:
+    """(settings, app spec) from an app spec file, with the command line's overrides."""
     from statekeeper.app.spec import load_app_spec
+
+    spec = load_app_spec(spec_file)
+    return spec.resolved_settings(**overrides), spec
+
+
+def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
     from statekeeper.ops.audit.changelog_audit import DEFAULT_RESTORE_RATE, audit_changelogs
 
-    spec = load_app_spec(args.app)
     overrides = {"bootstrap_servers": args.bootstrap} if args.bootstrap else {}
-    settings = spec.resolved_settings(**overrides)
+    settings, spec = _spec_app(args.app, **overrides)
     report = audit_changelogs(
         spec.build_topology(),
         settings.application_id,
@@ -404,11 +410,9 @@ def _add_stores(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _store_app(args: argparse.Namespace) -> tuple[Any, Any]:
-    from statekeeper.app.spec import load_app_spec
-
-    spec = load_app_spec(args.app)
     overrides = {"state_dir": args.state_dir} if args.state_dir else {}
-    return spec.resolved_settings(**overrides), spec.build_topology()
+    settings, spec = _spec_app(args.app, **overrides)
+    return settings, spec.build_topology()
 
 
 def _cmd_stores_list(args: argparse.Namespace) -> int:
@@ -497,9 +501,9 @@ def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
 
 
-def _snapshot_target(args: argparse.Namespace, need_spec: bool = False) -> tuple[Any, Any]:
-    """(settings, app spec or None) for ``--app``: a spec file, or an application id."""
-    from statekeeper.app.spec import load_app_spec
+def _snapshot_target(args: argparse.Namespace, need_spec: str | None = None) -> tuple[Any, Any]:
+    """(settings, app spec or None) for ``--app``: a spec file, or an application id unless
+    the command named by ``need_spec`` needs the spec."""
     from statekeeper.errors import ConfigError
     from statekeeper.settings import load_settings
 
@@ -509,11 +513,10 @@ def _snapshot_target(args: argparse.Namespace, need_spec: bool = False) -> tuple
     if args.url:
         overrides["snapshot_url"] = args.url
     if args.app.endswith((".yaml", ".yml", ".toml")) or Path(args.app).is_file():
-        spec = load_app_spec(args.app)
-        return spec.resolved_settings(**overrides), spec
+        return _spec_app(args.app, **overrides)
     if need_spec:
         raise ConfigError(
-            f"snapshot create needs the app spec (.yaml/.toml) to know its stores; got {args.app!r}"
+            f"{need_spec} needs the app spec (.yaml/.toml) to know its stores; got {args.app!r}"
         )
     return load_settings(application_id=args.app, **overrides), None
 
@@ -540,7 +543,7 @@ def _snapshot_filter(args: argparse.Namespace, manifests: list[Any]) -> list[Any
 def _cmd_snapshot_create(args: argparse.Namespace) -> int:
     from statekeeper.ops.snapshots.app_snapshot import snapshot_app
 
-    settings, spec = _snapshot_target(args, need_spec=True)
+    settings, spec = _snapshot_target(args, need_spec="snapshot create")
     storage = _snapshot_storage(settings, create=True)
     results = snapshot_app(
         settings, spec.build_topology(), storage, tasks=args.task, stores=args.store
@@ -693,12 +696,9 @@ def _download_progress(enabled: bool) -> Any:
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
-    from statekeeper.errors import ConfigError
     from statekeeper.ops.restore import NONE, restore_app
 
-    settings, spec = _snapshot_target(args)
-    if spec is None:
-        raise ConfigError(f"restore needs the app spec (.yaml/.toml); got {args.app!r}")
+    settings, spec = _snapshot_target(args, need_spec="restore")
     storage = None if args.from_snapshot == NONE else _snapshot_storage(settings)
     with _download_progress(enabled=not args.json and sys.stderr.isatty()) as progress:
         reports = restore_app(

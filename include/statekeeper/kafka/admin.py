@@ -131,29 +131,43 @@ def _compare(
     if not wanted:
         return report
 
-    resource = ConfigResource("topic", name)
+    configs = topic_configs(admin, name, timeout_s)
+    for key, value in sorted(wanted.items()):
+        found = configs.get(key)
+        if found is None:
+            report.unknown_configs.append(key)
+        elif _normalise(found) != _normalise(value):
+            report.mismatches.append(f"{key}: expected {value!r}, found {found!r}")
+    return report
+
+
+def topic_configs(admin: AdminClient, topic: str, timeout_s: float) -> dict[str, str]:
+    """The configs the broker reports for ``topic``. A key it does not report is absent:
+    "broker default, unknown" (the embedded broker reports only the keys set at creation)."""
+    resource = ConfigResource("topic", topic)
     try:
         entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(
             timeout=timeout_s
         )
     except KafkaException as exc:
         raise ChangelogTopicError(
-            f"cannot read the configs of topic {name!r}: {exc.args[0].str()}"
+            f"cannot read the configs of topic {topic!r}: {exc.args[0].str()}"
         ) from exc
-    for key, value in sorted(wanted.items()):
-        entry = entries.get(key)
-        if entry is None or entry.value is None:
-            report.unknown_configs.append(key)
-        elif _normalise(entry.value) != _normalise(value):
-            report.mismatches.append(f"{key}: expected {value!r}, found {entry.value!r}")
-    return report
+    return {key: entry.value for key, entry in entries.items() if entry.value is not None}
 
 
 def partition_count(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> int | None:
     """Number of partitions of ``topic``, or None when it does not exist (never creates it)."""
+    description = describe_topic(admin, topic, timeout_s)
+    return None if description is None else len(description.partitions)
+
+
+def describe_topic(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> Any | None:
+    """The broker's ``TopicDescription`` of ``topic`` (partitions with their replicas), or
+    None when it does not exist (never creates it)."""
     future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
     try:
-        description = future.result(timeout=timeout_s)
+        return future.result(timeout=timeout_s)
     except KafkaException as exc:
         error = exc.args[0]
         if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
@@ -163,7 +177,6 @@ def partition_count(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> 
                 f"cannot describe topic {topic!r}: broker did not answer ({error.str()})"
             ) from exc
         raise ChangelogTopicError(f"cannot describe topic {topic!r}: {error.str()}") from exc
-    return len(description.partitions)
 
 
 def wait_for_broker(bootstrap: str, timeout_s: float = 15.0, **overrides: Any) -> ClusterMetadata:

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import ConfigResource
-
 from statekeeper.changelog.records import changelog_topic
-from statekeeper.errors import BrokerUnavailableError, ChangelogTopicError
-from statekeeper.kafka.admin import make_admin, partition_count, wait_for_broker
+from statekeeper.kafka.admin import (
+    describe_topic,
+    make_admin,
+    partition_count,
+    topic_configs,
+    wait_for_broker,
+)
 from statekeeper.ops.audit.contents import (
     DEFAULT_MAX_RECORDS_PER_PARTITION,
     ChangelogContents,
@@ -189,7 +191,7 @@ def _audit_once(
 def _audit_topic(
     admin: Any, topic: str, expected: ChangelogExpectation, subtopology: int, timeout_s: float
 ) -> TopicAudit:
-    description = _describe_topic(admin, topic, timeout_s)
+    description = describe_topic(admin, topic, timeout_s)
     if description is None:
         return TopicAudit(
             topic,
@@ -207,32 +209,7 @@ def _audit_topic(
         )
     partitions = description.partitions
     replicas = min((len(p.replicas) for p in partitions), default=None) or None
-    configs = _describe_configs(admin, topic, timeout_s)
+    configs = topic_configs(admin, topic, timeout_s)
     findings = [check_partitions(expected, len(partitions))]
     findings.extend(check_configs(expected, configs, replicas))
     return TopicAudit(topic, expected.store, subtopology, True, configs, findings)
-
-
-def _describe_topic(admin: Any, topic: str, timeout_s: float) -> Any:
-    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
-    try:
-        return future.result(timeout=timeout_s)
-    except KafkaException as exc:
-        error = exc.args[0]
-        if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return None
-        raise BrokerUnavailableError(f"cannot describe topic {topic!r}: {error.str()}") from exc
-
-
-def _describe_configs(admin: Any, topic: str, timeout_s: float) -> dict[str, str | None]:
-    """The configs the broker reports for ``topic`` (absent keys: broker default, unknown)."""
-    resource = ConfigResource("topic", topic)
-    try:
-        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(
-            timeout=timeout_s
-        )
-    except KafkaException as exc:
-        raise ChangelogTopicError(
-            f"cannot read the configs of topic {topic!r}: {exc.args[0].str()}"
-        ) from exc
-    return {key: entry.value for key, entry in entries.items() if entry.value is not None}
