@@ -3,46 +3,24 @@
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 from statekeeper.cli import main
-from statekeeper.kafka.admin import ensure_topic
-from statekeeper.settings import load_settings
-from statekeeper.state.environment import StateEnvironment
 
-from .test_changelog_audit import TOPOLOGY_FILE, _topology
+from .spec_apps import spec_app_with_state
 
 
 def _app_with_state(admin, broker, tmp_path: Path) -> tuple[Path, str]:
-    app_id = f"snapcli-{uuid.uuid4().hex[:8]}"
-    source = f"{app_id}-input"
-    ensure_topic(admin, source, 2)
-    (tmp_path / "topo.py").write_text(TOPOLOGY_FILE)
-    state_dir = tmp_path / "state"
-    spec = tmp_path / "app.yaml"
-    spec.write_text(
-        f"application_id: {app_id}\ntopology: topo.py:build\n"
-        f"params: {{input_topic: {source}}}\n"
-        f"settings: {{bootstrap_servers: '{broker.bootstrap_servers}', state_dir: '{state_dir}',"
-        f" snapshot_url: '{(tmp_path / 'snaps').as_uri()}'}}\n"
+    snaps = (tmp_path / "snaps").as_uri()
+    return spec_app_with_state(
+        admin,
+        broker,
+        tmp_path,
+        prefix="snapcli",
+        entries=50,
+        batch_id=3,
+        extra_settings=f", snapshot_url: '{snaps}'",
     )
-    settings = load_settings(
-        bootstrap_servers=broker.bootstrap_servers, state_dir=state_dir, application_id=app_id
-    )
-    specs = _topology(source).store_specs(0)
-    env = StateEnvironment(settings)
-    env.ensure_changelogs(specs, 2)
-    try:
-        for partition in range(2):
-            with env.task(f"0_{partition}", partition, specs) as task:
-                for i in range(50):
-                    task.store("totals").put(f"user-{partition}-{i}", i)
-                    task.store("windows").put(f"user-{partition}-{i}", i, 10_000)
-                task.commit(3, {f"{source}:{partition}": 50})
-    finally:
-        env.close()
-    return spec, app_id
 
 
 def _json(capsys) -> dict:

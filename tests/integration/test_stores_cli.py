@@ -3,52 +3,21 @@
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
 
 from statekeeper.cli import main
-from statekeeper.kafka.admin import ensure_topic
-from statekeeper.settings import load_settings
-from statekeeper.state.environment import StateEnvironment
 
-from .test_changelog_audit import TOPOLOGY_FILE, _topology
+from .spec_apps import spec_app_with_state
 
 
 @pytest.fixture
 def app_with_state(admin, broker, tmp_path: Path):
     """A spec, and local state of two tasks written and committed through the state layer."""
-    app_id = f"stores-{uuid.uuid4().hex[:8]}"
-    source = f"{app_id}-input"
-    ensure_topic(admin, source, 2)
-    (tmp_path / "topo.py").write_text(TOPOLOGY_FILE)
-    spec = tmp_path / "app.yaml"
-    state_dir = tmp_path / "state"
-    spec.write_text(
-        f"application_id: {app_id}\ntopology: topo.py:build\n"
-        f"params: {{input_topic: {source}}}\n"
-        f"settings: {{bootstrap_servers: '{broker.bootstrap_servers}', state_dir: '{state_dir}'}}\n"
+    spec, _ = spec_app_with_state(
+        admin, broker, tmp_path, prefix="stores", entries=5, batch_id=1, window_offset=100
     )
-    settings = load_settings(
-        bootstrap_servers=broker.bootstrap_servers, state_dir=state_dir, application_id=app_id
-    )
-    topology = _topology(source)
-    specs = topology.store_specs(0)
-    env = StateEnvironment(settings)
-    env.ensure_changelogs(specs, 2)
-    try:
-        for partition in range(2):
-            task = env.task(f"0_{partition}", partition, specs)
-            task.open()
-            totals, windows = task.store("totals"), task.store("windows")
-            for i in range(5):
-                totals.put(f"user-{partition}-{i}", i)
-                windows.put(f"user-{partition}-{i}", i + 100, 10_000)
-            task.commit(1, {f"{source}:{partition}": 5})
-            task.close()
-    finally:
-        env.close()
     return spec
 
 
