@@ -37,8 +37,8 @@ from statekeeper.changelog.records import changelog_topic
 from statekeeper.kafka.admin import ensure_topic, make_admin
 from statekeeper.kafka.embedded import EmbeddedBroker
 from statekeeper.ops.restore import NONE, restore_task
-from statekeeper.ops.snapshots import SnapshotResult, SnapshotStorage, snapshot_task
 from statekeeper.settings import load_settings
+from statekeeper.snapshots import SnapshotResult, SnapshotStorage, snapshot_task
 from statekeeper.state.directory import TaskDirectory
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores import Stores

@@ -522,7 +522,7 @@ def _snapshot_target(args: argparse.Namespace, need_spec: str | None = None) -> 
 
 
 def _snapshot_storage(settings: Any, create: bool = False) -> Any:
-    from statekeeper.ops.snapshots import SnapshotStorage, snapshot_url_for
+    from statekeeper.snapshots import SnapshotStorage, snapshot_url_for
 
     return SnapshotStorage(
         snapshot_url_for(settings),
@@ -541,7 +541,7 @@ def _snapshot_filter(args: argparse.Namespace, manifests: list[Any]) -> list[Any
 
 
 def _cmd_snapshot_create(args: argparse.Namespace) -> int:
-    from statekeeper.ops.snapshots.app_snapshot import snapshot_app
+    from statekeeper.ops.snapshot_app import snapshot_app
 
     settings, spec = _snapshot_target(args, need_spec="snapshot create")
     storage = _snapshot_storage(settings, create=True)
@@ -572,7 +572,7 @@ def _cmd_snapshot_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_snapshot_list(args: argparse.Namespace) -> int:
-    from statekeeper.ops.snapshots import list_snapshots
+    from statekeeper.snapshots import list_snapshots
 
     settings, _ = _snapshot_target(args)
     storage = _snapshot_storage(settings)
@@ -598,7 +598,7 @@ def _cmd_snapshot_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_snapshot_verify(args: argparse.Namespace) -> int:
-    from statekeeper.ops.snapshots import list_snapshots, verify_snapshot
+    from statekeeper.snapshots import list_snapshots, verify_snapshot
 
     settings, _ = _snapshot_target(args)
     storage = _snapshot_storage(settings)
@@ -624,7 +624,7 @@ def _cmd_snapshot_prune(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from statekeeper.errors import ConfigError
-    from statekeeper.ops.snapshots import prune
+    from statekeeper.snapshots import prune
 
     if args.keep is None and args.max_age_h is None:
         raise ConfigError("snapshot prune needs --keep N and/or --max-age-h H")

@@ -1,6 +1,6 @@
 """page_views: views per user, per-minute bursts — the README's complete example app.
 
-    spark-submit spark_apps/page_views/app.py   # needs topic page-views (key user, JSON value)
+spark-submit spark_apps/page_views/app.py   # needs topic page-views (key user, JSON value)
 """
 
 from statekeeper import (

@@ -125,9 +125,7 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
         first = AppProcess(spec_path, overrides, work / "run1.log", stop_when_idle=False)
         console.print("starting the app (Spark local[2]); the first batch takes a few seconds")
         first.start()
-        status = first.wait_for(
-            lambda s: (s.get("last_batch") or {}).get("batch_id", -1) >= 2, 300
-        )
+        status = first.wait_for(lambda s: (s.get("last_batch") or {}).get("batch_id", -1) >= 2, 300)
         first.kill9()
         done = status["totals"]["records_processed"]
         console.print(

@@ -277,9 +277,7 @@ def frames(df: DataFrame, retention_ms: int = reference.RETENTION_MS) -> dict[st
     }
 
 
-def recompute(
-    df: DataFrame, retention_ms: int = reference.RETENTION_MS
-) -> reference.PatientResult:
+def recompute(df: DataFrame, retention_ms: int = reference.RETENTION_MS) -> reference.PatientResult:
     """:func:`frames`, collected into a :class:`PatientResult` (small results only)."""
     from pyspark.sql import functions as F
 

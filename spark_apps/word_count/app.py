@@ -1,6 +1,6 @@
 """spark-submit entry point of word_count (lines -> words -> counts).
 
-    spark-submit spark_apps/word_count/app.py --spec spark_apps/word_count/word_count.yaml
+spark-submit spark_apps/word_count/app.py --spec spark_apps/word_count/word_count.yaml
 """
 
 import sys

@@ -33,7 +33,12 @@ class AppUnderTest:
 
     @classmethod
     def create(
-        cls, name: str, bootstrap: str, workdir: Path, suffix: str, params: dict[str, str],
+        cls,
+        name: str,
+        bootstrap: str,
+        workdir: Path,
+        suffix: str,
+        params: dict[str, str],
         **settings: Any,
     ) -> AppUnderTest:
         base = load_app_spec(spark_app_spec(name))
@@ -103,8 +108,13 @@ class AppUnderTest:
                 last = (proc.status() or {}).get("last_batch") or {}
                 proc.kill9()
             self.kills.append(
-                {"run": run, "after_batches": batches, "delay_s": round(delay, 3),
-                 "outcome": outcome, "last_batch": last}
+                {
+                    "run": run,
+                    "after_batches": batches,
+                    "delay_s": round(delay, 3),
+                    "outcome": outcome,
+                    "last_batch": last,
+                }
             )
             if between is not None:
                 between(run)

@@ -79,7 +79,11 @@ def test_word_count_is_exact_after_random_kill9s(broker, tmp_path) -> None:
     topic, out = f"lines-{suffix}", f"word-counts-{suffix}"
     feed = _feeder(bootstrap, topic, list(word_count_lines(15_000, seed=seed)))
     app = AppUnderTest.create(
-        "word_count", bootstrap, tmp_path, suffix, {"input_topic": topic, "output_topic": out},
+        "word_count",
+        bootstrap,
+        tmp_path,
+        suffix,
+        {"input_topic": topic, "output_topic": out},
         # Batches capped well below a run's input and a short commit interval: kills land
         # on tasks holding uncommitted batches, which the next run replays.
         max_records_per_batch=1_000,
@@ -119,7 +123,10 @@ def test_patient_monitoring_is_exact_after_random_kill9s(broker, tmp_path) -> No
     events = patient_events(patients=24, minutes=25, seed=seed, malformed_share=0.01)
     feed = _feeder(bootstrap, topic, events)
     app = AppUnderTest.create(
-        "patient_monitoring", bootstrap, tmp_path, suffix,
+        "patient_monitoring",
+        bootstrap,
+        tmp_path,
+        suffix,
         {"input_topic": topic, "alerts_topic": alerts, "heart_rate_topic": heart_rate},
         max_records_per_batch=4_000,
         commit_interval_ms=2_000,
@@ -163,7 +170,11 @@ def test_sigterm_stops_gracefully_after_committing(broker, tmp_path, signal_name
     topic, out = f"lines-{suffix}", f"word-counts-{suffix}"
     produce(bootstrap, topic, word_count_lines(4_000, seed=3), partitions=PARTITIONS)
     app = AppUnderTest.create(
-        "word_count", bootstrap, tmp_path, suffix, {"input_topic": topic, "output_topic": out},
+        "word_count",
+        bootstrap,
+        tmp_path,
+        suffix,
+        {"input_topic": topic, "output_topic": out},
         max_records_per_batch=2_000,
     )
     proc = app.process(0, stop_when_idle=False).start()

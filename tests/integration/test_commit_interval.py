@@ -168,9 +168,7 @@ def test_a_cold_commit_only_run_replays_the_backlog_then_commits(
     assert all(r.committed and r.committed_batch_id == BATCHES - 1 for r in done)
     assert all(r.records_replayed == (BATCHES - 1) * PER_BATCH for r in done)
     setup.lose_the_worker()
-    assert read_store(setup.settings, setup.topology, "counts", PARTITIONS) == dict(
-        setup.expected
-    )
+    assert read_store(setup.settings, setup.topology, "counts", PARTITIONS) == dict(setup.expected)
 
 
 def test_max_uncommitted_batches_bounds_what_a_task_holds(broker, admin, topic_name, tmp_path):

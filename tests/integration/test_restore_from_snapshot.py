@@ -12,8 +12,8 @@ import pytest
 from statekeeper.cli import main
 from statekeeper.errors import TaskLockedError
 from statekeeper.ops.restore import restore_task
-from statekeeper.ops.snapshots import SnapshotError, SnapshotStorage, snapshot_task
 from statekeeper.settings import load_settings
+from statekeeper.snapshots import SnapshotError, SnapshotStorage, snapshot_task
 from statekeeper.state.directory import TaskDirectory, TaskLock
 
 from .test_snapshot_cli import _app_with_state

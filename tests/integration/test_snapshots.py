@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from statekeeper.ops.snapshots import (
+from statekeeper.settings import load_settings
+from statekeeper.snapshots import (
     SnapshotError,
     SnapshotStorage,
     list_snapshots,
@@ -18,8 +19,7 @@ from statekeeper.ops.snapshots import (
     upload_staged,
     verify_snapshot,
 )
-from statekeeper.ops.snapshots.staging import KV_DUMP_FILE, read_kv_dump
-from statekeeper.settings import load_settings
+from statekeeper.snapshots.staging import KV_DUMP_FILE, read_kv_dump
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores import Stores
 

@@ -54,9 +54,7 @@ class ChangelogWriter:
         """One record; see :meth:`send_all`."""
         self.send_all(topic, partition, [(key, value)])
 
-    def send_all(
-        self, topic: str, partition: int, items: list[tuple[bytes, bytes | None]]
-    ) -> None:
+    def send_all(self, topic: str, partition: int, items: list[tuple[bytes, bytes | None]]) -> None:
         """Produce records to one partition in one tight loop (fire-and-forget: only
         :meth:`flush` proves them delivered)."""
         produce, poll = self._producer.produce, self._producer.poll

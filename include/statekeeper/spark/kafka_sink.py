@@ -69,9 +69,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
             )
     topic = (opts.get("topic") or "").strip() or None
     if topic is None and not isinstance(types.get("topic"), StringType):
-        raise ConfigError(
-            "no topic to write to: add a string column 'topic' or set option 'topic'"
-        )
+        raise ConfigError("no topic to write to: add a string column 'topic' or set option 'topic'")
     if "partition" in types and not isinstance(
         types["partition"], IntegerType | LongType | ShortType
     ):
@@ -145,9 +143,7 @@ def _send_batch(producer: OutputProducer, options: SinkOptions, batch: Any) -> i
     values = [v.encode() if isinstance(v, str) else v for v in column("value")]
     topics = [options.topic] * n if options.topic else column("topic")
     partitions = column("partition")
-    headers = [
-        [(h["key"], h["value"]) for h in hs] if hs else None for hs in column("headers")
-    ]
+    headers = [[(h["key"], h["value"]) for h in hs] if hs else None for hs in column("headers")]
     if "timestamp" in present and "timestamp" in options.columns:
         micros = batch.column("timestamp").cast(pa.int64()).to_pylist()
         stamps = [None if us is None else us // 1000 for us in micros]

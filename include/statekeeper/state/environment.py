@@ -14,7 +14,7 @@ from statekeeper.kafka.adapter import consumer_config, producer_config
 from statekeeper.kafka.admin import make_admin, wait_for_broker
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
-from statekeeper.state.task_state_manager import TaskStateManager
+from statekeeper.state.task_state_manager import StoreInstaller, TaskStateManager
 from statekeeper.state.transaction import StepHook
 from statekeeper.stores.builders import StoreSpec
 from statekeeper.stores.rocksdb import configure_block_cache
@@ -29,13 +29,19 @@ class StateEnvironment:
         listeners: list[StateRestoreListener] | None = None,
         *,
         check_broker: bool = True,
+        read_only: bool = False,
     ) -> None:
+        """``read_only``: no changelog producer; every task it hands out is read-only (see
+        :class:`TaskStateManager`)."""
         self.settings = settings
+        self.read_only = read_only
         if check_broker:
             wait_for_broker(settings.bootstrap_servers, settings.broker_timeout_s)
         configure_block_cache(settings.block_cache_bytes)
         self.listener = CompositeRestoreListener([LoggingRestoreListener(), *(listeners or [])])
-        self.writer = ChangelogWriter(producer_config(settings.bootstrap_servers))
+        self.writer = (
+            None if read_only else ChangelogWriter(producer_config(settings.bootstrap_servers))
+        )
         self.restorer = ChangelogRestorer(
             consumer_config(settings.bootstrap_servers),
             batch_records=settings.restore_batch_records,
@@ -61,6 +67,7 @@ class StateEnvironment:
         partition: int,
         specs: list[StoreSpec],
         commit_hooks: list[StepHook] | None = None,
+        installer: StoreInstaller | None = None,
     ) -> TaskStateManager:
         """A (not yet opened) state manager for one task."""
         s = self.settings
@@ -76,7 +83,10 @@ class StateEnvironment:
             commit_timeout_s=s.broker_timeout_s * 2,
             listener=self.listener,
             commit_hooks=commit_hooks,
+            installer=installer,
+            read_only=self.read_only,
         )
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()

@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from statekeeper.changelog.listeners import (
@@ -42,6 +44,13 @@ class StoreSlot:
     topic: str | None  # None: logging disabled
 
 
+#: Puts a store's files in place before it is opened, when the task has no local copy of it
+#: (invariant 4: e.g. the newest verified snapshot, so only the changelog tail is replayed).
+#: Called under the task lock with the store's spec and directory; returns a report with an
+#: ``as_dict()`` (``source``, ``snapshot_id``, fallbacks, ...) or None when it did nothing.
+StoreInstaller = Callable[[StoreSpec, Path], Any]
+
+
 class TaskStateManager:
     """State of one task (``<subtopology>_<partition>``): its stores and their changelogs."""
 
@@ -53,13 +62,20 @@ class TaskStateManager:
         partition: int,
         specs: list[StoreSpec],
         task_dir: TaskDirectory,
-        writer: ChangelogWriter,
+        writer: ChangelogWriter | None,
         restorer: ChangelogRestorer,
         lock_timeout_s: float = 30.0,
         commit_timeout_s: float = 30.0,
         listener: StateRestoreListener | None = None,
         commit_hooks: list[StepHook] | None = None,
+        installer: StoreInstaller | None = None,
+        read_only: bool = False,
     ) -> None:
+        """``read_only``: restore to each store's last commit marker and never write to a
+        changelog (no revert, no roll-forward, no commit) — a copy for drills and queries
+        that must not touch the live app. ``installer``: see :data:`StoreInstaller`."""
+        if writer is None and not read_only:
+            raise StatekeeperError(f"task {task_id}: only a read-only task may have no writer")
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise StatekeeperError(f"task {task_id}: duplicate store names in {names}")
@@ -87,16 +103,22 @@ class TaskStateManager:
         # Set by a failed TaskTransaction: the stores may hold a half-committed batch, so
         # nothing commits until close() and open() restored a consistent state.
         self.broken = False
+        self.installer = installer
+        self.read_only = read_only
+        #: Per store installed by the installer at the last open: its report's ``as_dict()``.
+        self.installs: dict[str, dict[str, Any]] = {}
 
     # -- open and restore ------------------------------------------------------------------
 
     def open(self) -> list[RestoreOutcome]:
         """Lock the task, open its stores and restore them; returns what was restored."""
         self._lock.acquire()
+        self.installs = {}
         try:
             jobs = [job for spec in self.specs if (job := self._open_store(spec)) is not None]
             self.restore_outcomes = self.restorer.restore_all(jobs)
-            self._reconcile(self.restore_outcomes)
+            if not self.read_only:
+                self._reconcile(self.restore_outcomes)
             for slot in self._slots.values():
                 slot.store.finish_restore()
             self._metadata = self._agreed_metadata()
@@ -113,17 +135,30 @@ class TaskStateManager:
     def _open_store(self, spec: StoreSpec) -> RestoreJob | None:
         topic = changelog_topic(self.application_id, spec.name) if spec.logging_enabled else None
         path = self.task_dir.store_path(spec.name)
-        sink = None if topic is None else PartitionSink(self.writer, topic, self.partition)
+        sink = None
+        if topic is not None and not self.read_only:
+            sink = PartitionSink(self.writer, topic, self.partition)
 
         reason = None
+        if topic is not None and spec.persistent and not path.exists():
+            self._install(spec, path)
         try:
             store = build_store(spec, path, sink)
         except StoreCorruptError as exc:
-            # Invariant 4: unreadable local files are wiped and rebuilt from the changelog.
+            # Invariant 4: unreadable local files are wiped and rebuilt (snapshot + tail when
+            # an installer has one, else the whole changelog).
             reason = f"corrupt local state, wiped: {exc}"
             log.warning("task %s: %s", self.task_id, reason)
             shutil.rmtree(path, ignore_errors=True)
-            store = build_store(spec, path, sink)
+            if topic is not None and self._install(spec, path):
+                reason = None
+            try:
+                store = build_store(spec, path, sink)
+            except StoreCorruptError:
+                shutil.rmtree(path, ignore_errors=True)
+                self.installs.pop(spec.name, None)
+                reason = f"corrupt local state and snapshot, wiped: {exc}"
+                store = build_store(spec, path, sink)
         self._slots[spec.name] = StoreSlot(spec, store, topic)
         if topic is None:
             return None
@@ -132,6 +167,16 @@ class TaskStateManager:
         if not full and store.read_metadata().changelog_offset is None:
             full, reason = True, "no local state"
         return RestoreJob(topic, self.partition, store, self.task_id, full=full, reason=reason)
+
+    def _install(self, spec: StoreSpec, path: Path) -> bool:
+        """Let the installer put ``spec``'s files at ``path``; whether a copy is now there."""
+        if self.installer is None:
+            return False
+        report = self.installer(spec, path)
+        if report is None:
+            return False
+        self.installs[spec.name] = report.as_dict()
+        return path.exists()
 
     def _reconcile(self, outcomes: list[RestoreOutcome]) -> None:
         """Make every store of the task agree on the last committed batch (module docstring)."""
@@ -274,11 +319,17 @@ class TaskStateManager:
         the last of them), or None when there are none."""
         if self._processed is None or self._processed.batch_id is None:
             return None
+        self._check_writable()
         return TaskTransaction(self, self._processed.batch_id, self._processed.source_offsets)
 
     def commit(self, batch_id: int, source_offsets: dict[str, int]) -> None:
         """Commit everything written since the last commit as batch ``batch_id``."""
+        self._check_writable()
         TaskTransaction(self, batch_id, source_offsets).commit()
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StatekeeperError(f"task {self.task_id} was opened read-only: it cannot commit")
 
     def add_after_commit_hook(self, hook: AfterCommitHook) -> None:
         """Call ``hook`` after every successful commit of this task, for as long as this

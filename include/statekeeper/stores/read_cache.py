@@ -149,4 +149,3 @@ def _items_size(items: list[tuple[bytes, Value]]) -> int:
 def _size(keys: Iterable[bytes], values: Iterable[Value], n: int) -> int:
     """Bytes of ``n`` entries."""
     return payload_bytes(keys, values) + ENTRY_OVERHEAD * n
-

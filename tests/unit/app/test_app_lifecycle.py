@@ -18,8 +18,13 @@ from statekeeper.errors import ConfigError, StatekeeperError
 def test_state_machine_follows_kafka_streams_states_and_notifies() -> None:
     seen: list[tuple[str, str]] = []
     machine = AppStateMachine([lambda new, old: seen.append((old.value, new.value))])
-    for state in (AppState.REBALANCING, AppState.RESTORING, AppState.RUNNING,
-                  AppState.PENDING_SHUTDOWN, AppState.NOT_RUNNING):
+    for state in (
+        AppState.REBALANCING,
+        AppState.RESTORING,
+        AppState.RUNNING,
+        AppState.PENDING_SHUTDOWN,
+        AppState.NOT_RUNNING,
+    ):
         machine.transition(state)
     assert seen == [
         ("CREATED", "REBALANCING"),
@@ -73,8 +78,10 @@ def test_yaml_and_toml_specs_load_and_env_overrides_the_file(tmp_path, monkeypat
     [
         ("application_id: wc\n", "topology"),
         ("application_id: wc\ntopology: nomodule\n", "topology"),
-        ("application_id: wc\ntopology: a.b:c\nsettings: {max_records_per_batch: 0}\n",
-         "max_records_per_batch"),
+        (
+            "application_id: wc\ntopology: a.b:c\nsettings: {max_records_per_batch: 0}\n",
+            "max_records_per_batch",
+        ),
         ("application_id: wc\ntopology: a.b:c\nunknown: 1\n", "unknown"),
         ("- a list\n", "mapping"),
         ("application_id: [\n", "not valid yaml"),

@@ -14,7 +14,7 @@ from spark_apps.app_process import spark_app_spec
 from statekeeper.app.spec import AppSpec, load_app_spec
 from statekeeper.errors import ConfigError
 
-TOPOLOGY_FILE = '''
+TOPOLOGY_FILE = """
 FACTOR = 3
 
 
@@ -24,7 +24,7 @@ def scale(value):
 
 def build(offset=0):
     return {"scale": scale, "shift": lambda value: value + offset}
-'''
+"""
 
 
 def _spec(folder: Path, topology: str = "topo/my_topology.py:build") -> Path:

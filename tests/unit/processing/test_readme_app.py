@@ -36,9 +36,7 @@ def test_page_views_counts_users_and_reports_closed_bursty_minutes(tmp_path) -> 
     h.run(batch)
     assert h.contents("views-per-user") == {"ann": 3, "bob": 2}
     assert [s.key for s in h.emitter.to("app-dlq")] == [b"bob"]
-    assert h.emitter.kv("page-view-bursts", decode=as_json) == [
-        ("ann", {"minute": 0, "views": 3})
-    ]
+    assert h.emitter.kv("page-view-bursts", decode=as_json) == [("ann", {"minute": 0, "views": 3})]
 
 
 def test_the_readme_shows_the_app_file_as_it_is() -> None:

@@ -55,9 +55,7 @@ def test_sink_options_accept_kafka_sink_columns():
         .add("headers", HEADERS)
         .add("extra", StringType())
     )
-    opts = parse_sink_options(
-        {"kafka.bootstrap.servers": "h:1", "kafka.linger.ms": "20"}, schema
-    )
+    opts = parse_sink_options({"kafka.bootstrap.servers": "h:1", "kafka.linger.ms": "20"}, schema)
     assert opts.topic is None
     assert opts.columns == ("key", "value", "topic", "partition", "headers")
     assert opts.kafka_overrides == {"linger.ms": "20"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from statekeeper.ops.snapshots import (
+from statekeeper.snapshots import (
     FORMAT_VERSION,
     Manifest,
     SnapshotError,
@@ -19,8 +19,8 @@ from statekeeper.ops.snapshots import (
     prune,
     verify_snapshot,
 )
-from statekeeper.ops.snapshots.manifest import SnapshotFile, new_snapshot_id
-from statekeeper.ops.snapshots.staging import read_kv_dump, stage_store, write_kv_dump
+from statekeeper.snapshots.manifest import SnapshotFile, new_snapshot_id
+from statekeeper.snapshots.staging import read_kv_dump, stage_store, write_kv_dump
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.memory import InMemoryKeyValueStore
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
@@ -207,8 +207,8 @@ def test_prune_spares_young_unreferenced_files_and_leftovers(tmp_path) -> None:
 
 
 def test_snapshot_url_defaults_next_to_the_state_dir(tmp_path) -> None:
-    from statekeeper.ops.snapshots import snapshot_url_for
     from statekeeper.settings import load_settings
+    from statekeeper.snapshots import snapshot_url_for
 
     settings = load_settings(state_dir=tmp_path / "var" / "state")
     assert snapshot_url_for(settings) == (tmp_path / "var" / "snapshots").as_uri()

@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from statekeeper.ops.snapshots.create import SnapshotResult, snapshot_task
-from statekeeper.ops.snapshots.manifest import SnapshotError
-from statekeeper.ops.snapshots.storage import SnapshotStorage
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.snapshots.create import SnapshotResult, snapshot_task
+from statekeeper.snapshots.manifest import SnapshotError
+from statekeeper.snapshots.storage import SnapshotStorage
 from statekeeper.state.environment import StateEnvironment
 
 _TASK_DIR = re.compile(r"^(\d+)_(\d+)$")

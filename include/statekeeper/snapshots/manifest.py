@@ -20,7 +20,7 @@ Format (``format_version`` 1)::
 
 ``layout`` says how to read the files: ``rocksdb-checkpoint`` (a RocksDB Checkpoint
 directory, file names relative to it) or ``kv-dump`` (one ``data.kvdump`` file, see
-:mod:`statekeeper.ops.snapshots.staging`).
+:mod:`statekeeper.snapshots.staging`).
 """
 
 from __future__ import annotations

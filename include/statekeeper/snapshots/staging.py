@@ -24,7 +24,7 @@ from typing import Any
 
 import rocksdict
 
-from statekeeper.ops.snapshots.manifest import SnapshotError, SnapshotFile
+from statekeeper.snapshots.manifest import SnapshotError, SnapshotFile
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.rocksdb import META_CF, RocksDBKeyValueStore
 

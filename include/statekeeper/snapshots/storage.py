@@ -25,7 +25,7 @@ from typing import Any
 
 import fsspec
 
-from statekeeper.ops.snapshots.manifest import Manifest, SnapshotError
+from statekeeper.snapshots.manifest import Manifest, SnapshotError
 
 
 def snapshot_url_for(settings: Any) -> str:

@@ -5,7 +5,7 @@ locally), :mod:`storage` (fsspec layout, content-addressed shared files), :mod:`
 (stage + upload a task), :mod:`catalog` (list, verify, prune).
 """
 
-from statekeeper.ops.snapshots.catalog import (
+from statekeeper.snapshots.catalog import (
     PruneReport,
     VerifyResult,
     latest_manifest,
@@ -13,14 +13,14 @@ from statekeeper.ops.snapshots.catalog import (
     prune,
     verify_snapshot,
 )
-from statekeeper.ops.snapshots.create import (
+from statekeeper.snapshots.create import (
     SnapshotResult,
     snapshot_task,
     stage_task,
     upload_staged,
 )
-from statekeeper.ops.snapshots.manifest import FORMAT_VERSION, Manifest, SnapshotError
-from statekeeper.ops.snapshots.storage import SnapshotStorage, snapshot_url_for
+from statekeeper.snapshots.manifest import FORMAT_VERSION, Manifest, SnapshotError
+from statekeeper.snapshots.storage import SnapshotStorage, snapshot_url_for
 
 __all__ = [
     "FORMAT_VERSION",

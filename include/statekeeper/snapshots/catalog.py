@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from statekeeper.ops.snapshots.manifest import Manifest, utc_now
-from statekeeper.ops.snapshots.storage import SnapshotStorage
+from statekeeper.snapshots.manifest import Manifest, utc_now
+from statekeeper.snapshots.storage import SnapshotStorage
 
 DEFAULT_GRACE = timedelta(hours=1)
 _CHUNK = 1 << 20

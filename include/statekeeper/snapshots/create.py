@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from statekeeper.ops.snapshots.catalog import latest_manifest
-from statekeeper.ops.snapshots.manifest import (
+from statekeeper.snapshots.catalog import latest_manifest
+from statekeeper.snapshots.manifest import (
     Manifest,
     SnapshotError,
     new_snapshot_id,
     utc_now,
 )
-from statekeeper.ops.snapshots.staging import StagedStore, stage_store
-from statekeeper.ops.snapshots.storage import SnapshotStorage
+from statekeeper.snapshots.staging import StagedStore, stage_store
+from statekeeper.snapshots.storage import SnapshotStorage
 from statekeeper.state.transaction import CommittedBatch
 
 UPLOAD_THREADS = 4
