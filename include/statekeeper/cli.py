@@ -655,7 +655,7 @@ def _add_restore(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     restore = _subcommand(
         commands,
         "restore",
-        "restore a stopped app's stores from a snapshot plus the changelog tail",
+        "restore a stopped app's stores (or a copy, --to DIR) from a snapshot plus the tail",
         _cmd_restore,
     )
     restore.add_argument("--app", required=True, metavar="SPEC", help="app spec (.yaml/.toml)")
@@ -663,6 +663,12 @@ def _add_restore(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     restore.add_argument("--store", action="append", help="only this store (repeatable)")
     restore.add_argument("--url", help="snapshot root URL (default: settings.snapshot_url)")
     restore.add_argument("--state-dir", help="state root (default: the spec's settings)")
+    restore.add_argument(
+        "--to",
+        metavar="DIR",
+        help="build a copy under this state root instead (read-only against the changelogs; "
+        "the app may keep running)",
+    )
     restore.add_argument(
         "--from-snapshot",
         default="latest",
@@ -709,14 +715,17 @@ def _cmd_restore(args: argparse.Namespace) -> int:
             stores=args.store,
             from_snapshot=args.from_snapshot,
             progress=progress,
+            to=Path(args.to) if args.to else None,
         )
     payload = {
         "application_id": settings.application_id,
+        "state_dir": str(args.to or settings.state_dir),
         "stores": [r.as_dict() for r in reports],
         "records_replayed": sum(r.records_replayed for r in reports),
         "bytes_downloaded": sum(r.bytes_downloaded for r in reports),
     }
-    lines = [f"{settings.application_id}: restored {len(reports)} store(s)"]
+    where = args.to or settings.state_dir
+    lines = [f"{settings.application_id}: restored {len(reports)} store(s) under {where}"]
     for r in reports:
         source = f"snapshot {r.snapshot_id}" if r.snapshot_id else r.source
         lines.append(

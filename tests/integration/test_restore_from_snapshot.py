@@ -129,6 +129,46 @@ def test_restore_cli_json(admin, broker, tmp_path, capsys):
     assert "no store ['nope']" in capsys.readouterr().err
 
 
+def _store_contents(state_dir: Path, app_id: str, task: str) -> dict[str, dict]:
+    from rocksdict import AccessType, Rdict
+
+    out = {}
+    for store in sorted((state_dir / app_id / task / "rocksdb").iterdir()):
+        if store.is_dir():
+            db = Rdict(str(store), access_type=AccessType.read_only())
+            try:
+                out[store.name] = dict(db.items())
+            finally:
+                db.close()
+    return out
+
+
+def test_restore_to_a_directory_while_the_app_holds_its_tasks(admin, broker, tmp_path, capsys):
+    spec, app_id = _app_with_state(admin, broker, tmp_path)
+    assert main(["snapshot", "create", "--app", str(spec), "--json"]) == 0
+    capsys.readouterr()
+    live_root = tmp_path / "state"
+    live = {t: _store_contents(live_root, app_id, t) for t in ("0_0", "0_1")}
+    copy_root = tmp_path / "copy"
+    # The "running app" holds both task locks: an in-place restore is refused, a copy is not.
+    locks = [TaskLock(TaskDirectory(live_root, app_id, t), 1) for t in ("0_0", "0_1")]
+    for lock in locks:
+        lock.acquire()
+    try:
+        assert main(["restore", "--app", str(spec), "--to", str(copy_root), "--json"]) == 0
+        payload = json.loads(capsys.readouterr().out)
+    finally:
+        for lock in locks:
+            lock.release()
+    assert payload["state_dir"] == str(copy_root)
+    assert {s["source"] for s in payload["stores"]} == {"snapshot"}
+    for task in ("0_0", "0_1"):
+        assert _store_contents(copy_root, app_id, task) == live[task]
+        assert _store_contents(live_root, app_id, task) == live[task]
+    assert main(["restore", "--app", str(spec), "--to", str(live_root)]) == 2
+    assert "the app's own state root" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("field", "value", "error"),
     [("app", "other-app", "belongs to app 'other-app'"), ("format_version", 99, "newer")],

@@ -140,9 +140,14 @@ def restore_app(
     stores: list[str] | None = None,
     from_snapshot: str = LATEST,
     progress: Progress | None = None,
+    to: Path | None = None,
 ) -> list[StoreRestore]:
     """Restore the selected tasks (default: every task with local state or a snapshot;
-    with a snapshot id, that snapshot's task and store)."""
+    with a snapshot id, that snapshot's task and store).
+
+    ``to``: build the copy under this state root instead, read-only against the changelogs
+    (each store at its last commit marker; nothing is reverted or re-logged), so it may run
+    while the app does and never touches the app's own state."""
     if from_snapshot not in (LATEST, NONE):
         if storage is None:
             raise RestoreError(f"snapshot {from_snapshot!r} needs a snapshot storage")
@@ -158,11 +163,18 @@ def restore_app(
         raise RestoreError(
             f"app {settings.application_id!r} has no local task and no snapshot to restore"
         )
+    target = settings
+    if to is not None:
+        if Path(to).resolve() == Path(settings.state_dir).resolve():
+            raise RestoreError(
+                f"--to {to} is the app's own state root; omit --to to restore in place"
+            )
+        target = settings.model_copy(update={"state_dir": Path(to)})
     # Refuse before touching anything when any task is held by a running app.
     for task_id in selected:
         parse_task_id(task_id)
-        ensure_stopped(settings, task_id)
-    env = StateEnvironment(settings)
+        ensure_stopped(target, task_id)
+    env = StateEnvironment(target, read_only=to is not None)
     reports: list[StoreRestore] = []
     try:
         for task_id in selected:
