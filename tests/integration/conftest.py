@@ -48,3 +48,38 @@ def moto_s3() -> Iterator[MotoS3]:
         yield MotoS3(endpoint, options)
     finally:
         server.stop()
+
+
+@pytest.fixture
+def moto_s3_checking_credentials() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 that checks credentials (it knows none, so every key is
+    wrong); yields its endpoint URL. A subprocess: moto reads that switch at import."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        server.kill()
+        server.wait()

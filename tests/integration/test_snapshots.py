@@ -158,6 +158,19 @@ def test_snapshot_to_s3_and_bad_input(broker, tmp_path, topic_name, moto_s3):
     assert list_snapshots(other) == []
 
 
+def test_wrong_s3_credentials_are_a_clear_error(tmp_path, moto_s3_checking_credentials):
+    options = {
+        "key": "wrong-key",
+        "secret": "wrong-secret",
+        "client_kwargs": {"endpoint_url": moto_s3_checking_credentials, "region_name": "us-east-1"},
+    }
+    with pytest.raises(SnapshotError) as failure:
+        SnapshotStorage("s3://snaps/apps", "app", **options)
+    message = str(failure.value)
+    assert "cannot read bucket 'snaps'" in message
+    assert "Access Key Id you provided does not exist" in message
+
+
 def test_snapshot_from_an_after_commit_hook(broker, tmp_path, topic_name):
     """The hook path the running app will use: stage at the commit boundary, then upload."""
     env = _env(broker, tmp_path, topic_name)
