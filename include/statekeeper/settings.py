@@ -103,6 +103,20 @@ class StatekeeperSettings(BaseSettings):
     snapshot_s3_endpoint: str | None = Field(
         None, description="S3 endpoint URL for s3:// snapshot URLs (MinIO, a test server)"
     )
+    snapshot_interval_s: float = Field(
+        0.0,
+        ge=0,
+        description="A running app snapshots every task this often (seconds; each task right "
+        "after a commit, uploaded in the background by its worker). 0 (default): only when "
+        "requested (POST /snapshot on the status endpoint, `statekeeper snapshot create`)",
+    )
+    restore_from_snapshots: bool | None = Field(
+        None,
+        description="A task whose local store is missing or corrupt installs the newest "
+        "verified snapshot and replays only the changelog tail (else the whole changelog). "
+        "Default (unset): on when snapshot_url is set or the default snapshot folder holds "
+        "snapshots of this app; true also when neither exists yet; false never",
+    )
     spark_master: str = Field("local[2]", description="Spark master when not set by spark-submit")
     embedded_broker_port: int = Field(9092, ge=1, le=65535)
     embedded_broker_dir: Path = Field(Path("var/broker"), description="Embedded broker run dir")

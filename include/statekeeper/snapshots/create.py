@@ -5,8 +5,8 @@ Two phases, so the first can run inside an after-commit hook
 
 * :func:`stage_task` — the only part that touches the live stores (a RocksDB checkpoint,
   an in-memory dump); its duration is the processing pause, reported per store.
-* :func:`upload_staged` — hashes are known; uploads the files ``shared/`` lacks (in
-  parallel), writes the manifest last and removes the local staging directory.
+* :func:`upload_staged` — hashes the files (unless staging did), uploads those ``shared/``
+  lacks (in parallel), writes the manifest last and removes the local staging directory.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from statekeeper.snapshots.manifest import (
     new_snapshot_id,
     utc_now,
 )
-from statekeeper.snapshots.staging import StagedStore, stage_store
+from statekeeper.snapshots.staging import StagedStore, describe_staged, stage_store
 from statekeeper.snapshots.storage import SnapshotStorage
 from statekeeper.state.transaction import CommittedBatch
 
@@ -89,10 +89,14 @@ def stage_task(
     staging_dir: Path,
     committed: CommittedBatch | None = None,
     stores: list[str] | None = None,
+    *,
+    describe: bool = True,
 ) -> list[StagedSnapshot]:
     """Stage the stores of an open ``TaskStateManager`` right after a commit (or right after
     ``open()``, which leaves it at its last commit). ``committed`` (from an after-commit
-    hook) supplies the marker offsets; otherwise the stores' own metadata does."""
+    hook) supplies the marker offsets; otherwise the stores' own metadata does.
+    ``describe=False``: hash the files and count the keys later, in :func:`upload_staged`
+    (the running app's uploader thread), so the task pauses only for the checkpoints."""
     if task.has_uncommitted:
         raise SnapshotError(
             f"task {task.task_id} has uncommitted batches: snapshots are taken at a commit"
@@ -111,7 +115,7 @@ def stage_task(
             / task.task_id
             / (f"{spec.name}-{uuid.uuid4().hex[:12]}")
         )
-        store = stage_store(slot.store, directory)
+        store = stage_store(slot.store, directory, describe=describe)
         meta = store.metadata
         marker = meta.changelog_offset
         batch_id, sources = meta.batch_id, meta.source_offsets
@@ -149,6 +153,15 @@ def stage_task(
     return staged
 
 
+def describe_snapshot(staged: StagedSnapshot) -> StagedSnapshot:
+    """``staged`` with its files hashed and keys counted (staged with ``describe=False``)."""
+    store = describe_staged(staged.staged)
+    if store is staged.staged:
+        return staged
+    manifest = dataclasses.replace(staged.manifest, files=store.files, key_count=store.key_count)
+    return StagedSnapshot(manifest, store)
+
+
 def upload_staged(
     staged: StagedSnapshot, storage: SnapshotStorage, *, keep_staging: bool = False
 ) -> SnapshotResult:
@@ -158,6 +171,7 @@ def upload_staged(
             f"snapshot of app {staged.manifest.app!r} cannot go to app {storage.app!r}'s storage"
         )
     started = time.perf_counter()
+    staged = describe_snapshot(staged)
     files = staged.manifest.files
     directory = staged.staged.directory
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:

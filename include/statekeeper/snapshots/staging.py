@@ -14,6 +14,7 @@ after-commit hooks and a freshly opened task are.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
 import time
@@ -75,9 +76,11 @@ def _describe(directory: Path) -> list[SnapshotFile]:
     ]
 
 
-def stage_store(store: Any, directory: Path) -> StagedStore:
+def stage_store(store: Any, directory: Path, *, describe: bool = True) -> StagedStore:
     """Checkpoint or dump ``store`` (any layer of a store stack) into ``directory`` (must
-    not exist yet)."""
+    not exist yet). ``describe=False`` leaves hashing the files and counting a checkpoint's
+    keys to :func:`describe_staged` (a background uploader), so the caller pauses only for
+    the checkpoint: ``files`` is then empty and ``key_count`` -1 for a checkpoint."""
     inner = innermost_store(store)
     if getattr(inner, "_pending", None) or getattr(inner, "_pending_range_deletes", None):
         raise SnapshotError(
@@ -89,13 +92,26 @@ def stage_store(store: Any, directory: Path) -> StagedStore:
     if isinstance(inner, RocksDBKeyValueStore):
         rocksdict.Checkpoint(inner._db).create_checkpoint(str(directory))
         pause = time.perf_counter() - started
-        layout, key_count = LAYOUT_ROCKSDB, count_checkpoint_keys(directory)
+        layout = LAYOUT_ROCKSDB
+        key_count = count_checkpoint_keys(directory) if describe else -1
     else:
         directory.mkdir()
         key_count = write_kv_dump(directory / KV_DUMP_FILE, inner.range(None, None))
         pause = time.perf_counter() - started
         layout = LAYOUT_KV_DUMP
-    return StagedStore(directory, layout, _describe(directory), key_count, metadata, pause)
+    files = _describe(directory) if describe else []
+    return StagedStore(directory, layout, files, key_count, metadata, pause)
+
+
+def describe_staged(staged: StagedStore) -> StagedStore:
+    """``staged`` with its files hashed and its keys counted (a no-op when they are): the
+    staged copy is immutable (hard links, a dump), so this runs off the processing path."""
+    if staged.files and staged.key_count >= 0:
+        return staged
+    key_count = staged.key_count
+    if key_count < 0:
+        key_count = count_checkpoint_keys(staged.directory)
+    return dataclasses.replace(staged, files=_describe(staged.directory), key_count=key_count)
 
 
 def count_checkpoint_keys(directory: Path) -> int:

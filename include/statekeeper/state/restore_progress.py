@@ -62,6 +62,15 @@ class RestoreProgressFile(BaseRestoreListener):
         with self._lock:
             self._stores.setdefault(store, {})["reason"] = reason
 
+    def note_source(self, store: str, report: dict[str, Any]) -> None:
+        """After the open: where ``store`` got its state (``source``: snapshot with its id and
+        the tail replayed, full replay, in-memory changelog or local state)."""
+        keys = ("source", "snapshot_id", "records", "snapshot_fallbacks", "snapshot_note")
+        with self._lock:
+            entry = self._stores.setdefault(store, {})
+            entry.update({k: report[k] for k in keys if report.get(k) is not None})
+        self._write(force=True)
+
     def _write(self, force: bool = False) -> None:
         now = time.monotonic()
         if self.task_dir is None or (not force and now - self._last_write < self._min_interval_s):

@@ -31,7 +31,8 @@ class TaskRun:
     ``backlog`` holds the task's earlier batches that Spark may have committed while the
     task had not (a commit interval spans batches): a task whose state is behind replays
     them one by one before this batch. ``force_commit`` commits now, whatever the interval
-    (the source is caught up, or the app is stopping)."""
+    (the source is caught up, or the app is stopping). ``snapshot_request`` (a request id)
+    commits now too and snapshots the task's stores right after that commit."""
 
     task_id: str
     subtopology: int
@@ -41,6 +42,7 @@ class TaskRun:
     batch_time_ms: int
     backlog: tuple[BatchSlice, ...] = ()
     force_commit: bool = False
+    snapshot_request: str | None = None
 
 
 @dataclass
@@ -66,6 +68,9 @@ class TaskRunResult:
     # count too, so it can be well above the real key count.
     store_entries_approx: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    # Snapshot events of this worker process (statekeeper.worker.snapshot_uploader): this
+    # task's staging, and uploads that finished since the worker's last report, of any task.
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -44,6 +44,7 @@ class _WorkerServices:
         from statekeeper.state.environment import StateEnvironment
         from statekeeper.state.restore_progress import RestoreProgressFile
         from statekeeper.worker.parked_tasks import ParkedTasks
+        from statekeeper.worker.task_snapshots import TaskSnapshots
 
         self.settings = settings
         self.progress = RestoreProgressFile()
@@ -54,11 +55,14 @@ class _WorkerServices:
         )
         self.busy = threading.Lock()
         self.parked = ParkedTasks(commit_before_release=ParkedTask.commit_held, busy=self.busy)
+        self.snapshots = TaskSnapshots(settings, self.env.listener)
 
     def close(self) -> None:
         """Close the parked tasks (the next holder replays what they had not committed), the
-        output producer and the changelog producers."""
+        snapshot uploader (queued uploads finish, bounded), the output producer and the
+        changelog producers."""
         self.parked.close_all()
+        self.snapshots.close()
         self.outputs.close()
         self.env.close()
 
@@ -116,7 +120,10 @@ def run_share(
         services.busy,
         raised_gc_threshold(settings.worker_gc_threshold),
     ):
-        return _run_share(index, shares, job, topology, services)
+        results = _run_share(index, shares, job, topology, services)
+        if results:  # uploads this worker finished meanwhile, of any task
+            results[0].snapshots.extend(services.snapshots.drain_uploads())
+        return results
 
 
 def _run_share(
@@ -200,13 +207,21 @@ def _run_one(
     # The fetch starts first: the broker and librdkafka's threads deliver the batch's
     # records while the stores open and check their changelogs.
     fetch = _fetch_for(run, services, None)
-    state = services.env.task(run.task_id, run.partition, topology.store_specs(run.subtopology))
-    services.progress.begin(state.task_dir.path)
     try:
+        # Invariant 4: a missing store comes from the newest verified snapshot + the tail.
+        installer = services.snapshots.installer(run.task_id, run.partition)
+        state = services.env.task(
+            run.task_id, run.partition, topology.store_specs(run.subtopology), installer=installer
+        )
+        services.progress.begin(state.task_dir.path)
         outcomes = state.open()
     except BaseException:
         fetch.close()
         raise
+    services.snapshots.watch(state)
+    sources = {o.job.store.name: _restore_report(o, state) for o in outcomes}
+    for store, report in sources.items():
+        services.progress.note_source(store, report)
     if is_claimed(state.task_dir.path, job):  # its holder ran it while we waited
         fetch.close()
         services.parked.park(str(state.task_dir.path), ParkedTask(state, None))
@@ -235,6 +250,9 @@ def _run_open_tasks(
 
     settings = services.settings
     done: list[tuple[TaskRun, ParkedTask, TaskRunResult, float]] = []
+    for run, _task in tasks:
+        if run.snapshot_request is not None:  # staged by the task's after-commit hook
+            services.snapshots.arm(run.task_id, run.snapshot_request)
     try:
         for run, task in tasks:
             started = time.perf_counter()
@@ -254,7 +272,8 @@ def _run_open_tasks(
             services.outputs.flush(settings.broker_timeout_s * 2)
         commit_s = time.perf_counter() - t0
     except BaseException:
-        for _, task in tasks:
+        for run, task in tasks:
+            services.snapshots.disarm(run.task_id)
             task.close()
         raise
     results = []
@@ -266,7 +285,8 @@ def _run_open_tasks(
         result.committed_offsets = state.committed_offsets
         result.warm = opened is None
         result.worker_pid = os.getpid()
-        result.restored = [_restore_report(o) for o in outcomes]
+        result.restored = [_restore_report(o, state) for o in outcomes]
+        result.snapshots = services.snapshots.finish(state)
         result.store_entries_approx = {
             name: store.approximate_num_entries() for name, store in state.stores.items()
         }
@@ -280,8 +300,10 @@ def _run_open_tasks(
 
 
 def _commit_now(run: TaskRun, state: Any, settings: StatekeeperSettings) -> bool:
-    return run.force_commit or state.commit_due(
-        settings.commit_interval_ms / 1000, settings.max_uncommitted_batches
+    return (
+        run.force_commit
+        or run.snapshot_request is not None
+        or state.commit_due(settings.commit_interval_ms / 1000, settings.max_uncommitted_batches)
     )
 
 
@@ -389,14 +411,21 @@ def _check_no_gap(
             )
 
 
-def _restore_report(outcome: Any) -> dict[str, Any]:
+def _restore_report(outcome: Any, state: Any) -> dict[str, Any]:
+    """How one store of a just opened task got its state (``source``: see
+    :func:`~statekeeper.worker.task_snapshots.restore_source`)."""
+    from statekeeper.worker.task_snapshots import restore_source
+
+    name = outcome.job.store.name
+    spec = next((s for s in state.specs if s.name == name), None)
     return {
-        "store": outcome.job.store.name,
+        "store": name,
         "full": outcome.full,
         "reason": outcome.job.reason,
         "start_offset": outcome.start_offset,
         "records": outcome.restored_records,
         "seconds": round(outcome.seconds, 4),
+        **restore_source(outcome, spec, state.installs.get(name)),
     }
 
 

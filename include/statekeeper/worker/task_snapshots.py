@@ -1,0 +1,229 @@
+"""Snapshots and snapshot restores of the tasks one worker process runs.
+
+Taking (DESIGN.md "Operations"): the driver marks a batch's task runs with a snapshot
+request; the runner :meth:`arms <TaskSnapshots.arm>` each such task before committing it.
+The task's after-commit hook (registered once per open task, :meth:`watch`) then stages its
+stores right after the ``COMMITTED`` transaction — only the RocksDB checkpoints / in-memory
+dumps, which is the processing pause — and hands them to this process's
+:class:`~statekeeper.worker.snapshot_uploader.SnapshotUploader`. A task the batch did not
+need to commit (nothing processed since its last commit) is already at a commit boundary
+and is staged by :meth:`finish` instead. Staging happens only at a commit, so snapshots do
+not touch exactly-once; a staging or upload failure is reported, never raised.
+
+Restoring (invariant 4): :meth:`installer` gives the task open path a
+:data:`~statekeeper.state.task_state_manager.StoreInstaller` that puts the newest verified
+snapshot of a missing store in place, when restores from snapshots are on
+(:func:`restore_storage`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.worker.snapshot_uploader import (
+    SnapshotUploader,
+    UploadJob,
+    remove_dead_staging,
+)
+
+log = logging.getLogger("statekeeper.worker.snapshots")
+
+STAGING_FOLDER = ".snapshot-staging"
+
+
+def snapshot_storage(settings: StatekeeperSettings) -> Any:
+    """The app's :class:`~statekeeper.snapshots.storage.SnapshotStorage` (created if needed)."""
+    from statekeeper.snapshots.storage import SnapshotStorage, snapshot_url_for
+
+    return SnapshotStorage(
+        snapshot_url_for(settings),
+        settings.application_id,
+        s3_endpoint=settings.snapshot_s3_endpoint,
+    )
+
+
+def restore_storage(settings: StatekeeperSettings) -> Any | None:
+    """The storage a missing store is restored from, or None (full changelog replay):
+    ``restore_from_snapshots`` true, or unset with ``snapshot_url`` set or the default
+    snapshot folder holding this app's snapshots."""
+    from statekeeper.snapshots.storage import snapshot_url_for
+
+    enabled = settings.restore_from_snapshots
+    if enabled is False:
+        return None
+    if enabled is None and not settings.snapshot_url:
+        default = snapshot_url_for(settings).removeprefix("file://")
+        if not (Path(default) / settings.application_id / "manifests").is_dir():
+            return None
+    return snapshot_storage(settings)
+
+
+class TaskSnapshots:
+    """Per worker process: armed snapshot requests, staging, the uploader, the installer."""
+
+    def __init__(self, settings: StatekeeperSettings, listener: Any | None = None) -> None:
+        """``listener``: a restore listener told which snapshot each installed store came
+        from (``on_restore_reason``)."""
+        self.settings = settings
+        self.listener = listener
+        root = Path(settings.state_dir) / STAGING_FOLDER
+        remove_dead_staging(root)  # left by killed workers of this state directory
+        self.staging_dir = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._storage: Any | None = None
+        self.uploader = SnapshotUploader(self.storage)
+        self._armed: dict[str, str] = {}  # task id -> request id
+        self._events: dict[str, list[dict[str, Any]]] = {}  # task id -> staging events
+
+    def storage(self) -> Any:
+        if self._storage is None:
+            self._storage = snapshot_storage(self.settings)
+        return self._storage
+
+    # -- taking --------------------------------------------------------------------------------
+
+    def watch(self, state: Any) -> None:
+        """Register the after-commit hook of a newly opened task."""
+        state.add_after_commit_hook(lambda committed: self._after_commit(state, committed))
+
+    def arm(self, task_id: str, request_id: str) -> None:
+        """Snapshot ``task_id`` right after its next commit (or in :meth:`finish`)."""
+        self._armed[task_id] = request_id
+
+    def disarm(self, task_id: str) -> None:
+        self._armed.pop(task_id, None)
+
+    def _after_commit(self, state: Any, committed: Any) -> None:
+        request = self._armed.pop(state.task_id, None)
+        if request is not None:
+            self._stage(state, request, committed)
+
+    def finish(self, state: Any) -> list[dict[str, Any]]:
+        """After the batch's commits: stage a task still armed (it had nothing to commit, so
+        it sits at its last commit); returns the task's staging events."""
+        request = self._armed.pop(state.task_id, None)
+        if request is not None:
+            if state.last_batch_id is None:
+                self._event(
+                    state.task_id,
+                    {
+                        "event": "skipped",
+                        "request_id": request,
+                        "task": state.task_id,
+                        "reason": "the task has not committed any batch yet",
+                    },
+                )
+            elif state.has_uncommitted:
+                self._event(
+                    state.task_id,
+                    {
+                        "event": "failed",
+                        "request_id": request,
+                        "task": state.task_id,
+                        "phase": "stage",
+                        "error": "the task holds uncommitted batches",
+                    },
+                )
+            else:
+                self._stage(state, request, None)
+        return self._events.pop(state.task_id, [])
+
+    def _stage(self, state: Any, request: str, committed: Any | None) -> None:
+        from statekeeper.snapshots.create import stage_task
+
+        started = time.perf_counter()
+        batch_id = committed.batch_id if committed is not None else state.last_batch_id
+        try:
+            staged = stage_task(state, self.staging_dir, committed, describe=False)
+        except Exception as exc:  # reported; the commit stands
+            log.warning("task %s: staging a snapshot failed: %s", state.task_id, exc)
+            self._event(
+                state.task_id,
+                {
+                    "event": "failed",
+                    "request_id": request,
+                    "task": state.task_id,
+                    "batch_id": batch_id,
+                    "phase": "stage",
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
+            return
+        job = UploadJob(
+            request_id=request,
+            task_id=state.task_id,
+            batch_id=batch_id,
+            staged=staged,
+            pause_ms=sum(s.staged.pause_s for s in staged) * 1000,
+            stage_ms=(time.perf_counter() - started) * 1000,
+            snapshot_ids={s.manifest.store: s.manifest.snapshot_id for s in staged},
+        )
+        self._event(state.task_id, job.event("staged"))
+        self.uploader.submit(job)
+
+    def _event(self, task_id: str, event: dict[str, Any]) -> None:
+        self._events.setdefault(task_id, []).append(event)
+
+    def drain_uploads(self) -> list[dict[str, Any]]:
+        """Upload events (any task's) finished since the last call."""
+        return self.uploader.drain()
+
+    # -- restoring -----------------------------------------------------------------------------
+
+    def installer(self, task_id: str, partition: int) -> Any | None:
+        """The store installer for opening ``task_id``, or None when restores from
+        snapshots are off (see :func:`restore_storage`)."""
+        from statekeeper.snapshots.install import installer_for
+
+        storage = restore_storage(self.settings)
+        if storage is None:
+            return None
+        install = installer_for(self.settings, storage, task_id, partition)
+
+        def install_and_tell(spec: Any, path: Path) -> Any:
+            report = install(spec, path)
+            if self.listener is not None and report is not None:
+                tp = (spec.name, partition)
+                if report.source == "snapshot":
+                    why = f"installed snapshot {report.snapshot_id}; replaying the changelog tail"
+                else:
+                    why = f"no snapshot installed ({report.note}); full changelog replay"
+                self.listener.on_restore_reason(tp, spec.name, why)
+            return report
+
+        return install_and_tell
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Finish queued uploads (bounded), stop the uploader, remove local staging."""
+        self.uploader.close(timeout_s)
+        shutil.rmtree(self.staging_dir, ignore_errors=True)
+
+
+def restore_source(outcome: Any, spec: Any | None, install: dict[str, Any] | None) -> dict:
+    """Where a store opened by a task got its state: ``source`` is ``snapshot`` (with its
+    ``snapshot_id``; ``records`` is the changelog tail replayed after it), ``full replay``
+    (the whole changelog: no local state, or corrupt), ``changelog (in-memory store)``, or
+    ``local state`` (only the tail after the local checkpoint)."""
+    out: dict[str, Any] = {}
+    if install is not None and install.get("source") == "snapshot" and not outcome.full:
+        out["source"] = "snapshot"
+        out["snapshot_id"] = install.get("snapshot_id")
+        out["snapshot_batch_id"] = install.get("batch_id")
+        out["bytes_downloaded"] = install.get("bytes_downloaded")
+    elif spec is not None and not spec.persistent:
+        out["source"] = "changelog (in-memory store)"
+    elif outcome.full:
+        out["source"] = "full replay"
+    else:
+        out["source"] = "local state"
+    if install is not None and install.get("fallbacks"):
+        out["snapshot_fallbacks"] = install["fallbacks"]
+    if install is not None and install.get("source") != "snapshot" and install.get("note"):
+        out["snapshot_note"] = install["note"]
+    return out
