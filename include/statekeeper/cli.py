@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stores(commands)
     _add_snapshot(commands)
     _add_restore(commands)
+    _add_drill(commands)
     return parser
 
 
@@ -736,6 +737,68 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         lines += [f"    fell back from {f['snapshot_id']}: {f['reason']}" for f in r.fallbacks]
     _emit(args, payload, "\n".join(lines))
     return EXIT_OK
+
+
+# --- drill --------------------------------------------------------------------------------
+
+
+def _add_drill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    drill = _subcommand(
+        commands,
+        "drill",
+        "restore every store into a sandbox and prove it right (exit 1 when a check fails)",
+        _cmd_drill,
+    )
+    drill.add_argument("--app", required=True, metavar="SPEC", help="app spec (.yaml/.toml)")
+    drill.add_argument(
+        "--report-dir",
+        help="where the record, report.html and Data Docs go "
+        "(default: <state_dir>/.drills/<app>/<drill id>)",
+    )
+    drill.add_argument(
+        "--from-snapshot",
+        default="latest",
+        metavar="ID|latest|none",
+        help="snapshot id, the newest verified one (latest, default) or none (full replay)",
+    )
+    drill.add_argument("--url", help="snapshot root URL (default: settings.snapshot_url)")
+    drill.add_argument("--state-dir", help="state root (default: the spec's settings)")
+    drill.add_argument(
+        "--keep-sandbox", action="store_true", help="leave the restored sandbox in the report dir"
+    )
+
+
+def _cmd_drill(args: argparse.Namespace) -> int:
+    from statekeeper.ops.drill import run_drill
+    from statekeeper.snapshots.install import NONE
+
+    settings, spec = _snapshot_target(args, need_spec="drill")
+    storage = None if args.from_snapshot == NONE else _snapshot_storage(settings)
+
+    def say(line: str) -> None:
+        print(f"drill: {line}", file=sys.stderr, flush=True)
+
+    record = run_drill(
+        settings,
+        spec.build_topology(),
+        storage,
+        report_dir=Path(args.report_dir) if args.report_dir else None,
+        from_snapshot=args.from_snapshot,
+        say=say,
+        keep_sandbox=args.keep_sandbox,
+    )
+    age = "-" if record.snapshot_age_s is None else f"{record.snapshot_age_s:.1f} s"
+    lines = [
+        f"{record.app}: drill {record.drill_id} {'PASSED' if record.passed else 'FAILED'}",
+        f"  RTO {record.rto_s:.3f} s, snapshot age {age}, "
+        f"{record.source_records_behind} source / {record.changelog_records_behind} changelog "
+        f"record(s) behind the live head, {record.records_replayed} records replayed, "
+        f"{record.bytes_downloaded} bytes downloaded, wall {record.wall_s:.2f} s",
+        f"  report {record.report_html}",
+    ]
+    lines += [f"  FAIL {line}" for line in record.failures()] if not record.passed else []
+    _emit(args, record.as_dict(), "\n".join(lines))
+    return EXIT_OK if record.passed else 1
 
 
 if __name__ == "__main__":

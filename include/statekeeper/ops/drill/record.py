@@ -1,0 +1,127 @@
+"""The drill record: what one drill did and found (JSON in the report dir, a history row).
+
+Plain dataclasses, no I/O: :mod:`statekeeper.ops.drill.history` stores them and
+:mod:`statekeeper.ops.drill.report_html` renders them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
+#: The checks of a drill, in report order (``spark`` only with ``--spark``).
+CHECKS = ("integrity", "consistency", "truth", "quality", "spark")
+#: Example keys kept per store and check (the issue: up to 20).
+MAX_EXAMPLES = 20
+
+
+@dataclass
+class CheckResult:
+    """One check of one store: ``pass``, ``fail`` or ``skipped``, and why."""
+
+    status: str
+    detail: str = ""
+    #: Example keys (decoded for display) of what differs, at most :data:`MAX_EXAMPLES`.
+    examples: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # e.g. missing / unexpected / differ
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+
+@dataclass
+class StoreDrill:
+    """A restored store and its checks."""
+
+    task: str
+    store: str
+    kind: str
+    source: str  # "snapshot", "full replay", "changelog (in-memory store)", ...
+    snapshot_id: str | None = None
+    records_replayed: int = 0
+    bytes_downloaded: int = 0
+    key_count: int = 0
+    batch_id: int | None = None
+    marker_offset: int | None = None
+    source_offsets: dict[str, int] = field(default_factory=dict)
+    snapshot_age_s: float | None = None
+    changelog_records_behind: int | None = None
+    data_docs: str | None = None  # path of this store's validation page, relative to the report
+    checks: dict[str, CheckResult] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return any(c.failed for c in self.checks.values())
+
+
+@dataclass
+class DrillRecord:
+    """One drill (see the module docstring of :mod:`statekeeper.ops.drill`)."""
+
+    drill_id: str
+    app: str
+    started_at: str
+    finished_at: str = ""
+    from_snapshot: str = "latest"
+    sandbox: str = ""
+    report_dir: str = ""
+    report_html: str = ""
+    data_docs_index: str | None = None
+    #: Seconds from the start of the sandbox restore until every task was open (usable).
+    rto_s: float = 0.0
+    wall_s: float = 0.0
+    #: Oldest snapshot among the restored stores (None when nothing came from a snapshot).
+    snapshot_age_s: float | None = None
+    changelog_records_behind: int = 0  # changelog records after the restored markers
+    source_records_behind: int = 0  # source records the restored state has not processed
+    records_replayed: int = 0
+    bytes_downloaded: int = 0
+    live_mode: dict[str, str] = field(default_factory=dict)  # task -> how consistency ran
+    stores: list[StoreDrill] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.stores) and not any(s.failed for s in self.stores)
+
+    def check_status(self, check: str) -> str:
+        """``fail`` if any store failed it, ``pass`` if any passed, else ``skipped``."""
+        statuses = {s.checks[check].status for s in self.stores if check in s.checks}
+        if FAIL in statuses:
+            return FAIL
+        return PASS if PASS in statuses else SKIPPED
+
+    def failures(self) -> list[str]:
+        """One line per failed check of a store, naming the store and example keys."""
+        lines = []
+        for s in self.stores:
+            for name, check in s.checks.items():
+                if check.failed:
+                    keys = f" keys: {', '.join(check.examples)}" if check.examples else ""
+                    lines.append(f"{s.task} {s.store} {name}: {check.detail}{keys}")
+        if not self.stores:
+            lines.append("no store was restored")
+        return lines
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["passed"] = self.passed
+        data["checks"] = {c: self.check_status(c) for c in CHECKS}
+        data["failures"] = self.failures()
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2, sort_keys=True, default=str)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DrillRecord:
+        """Inverse of :meth:`as_dict` (derived fields are dropped)."""
+        raw = {k: v for k, v in data.items() if k not in ("passed", "checks", "failures")}
+        stores = []
+        for s in raw.pop("stores", []):
+            checks = {k: CheckResult(**v) for k, v in s.pop("checks", {}).items()}
+            stores.append(StoreDrill(**s, checks=checks))
+        return cls(**raw, stores=stores)
