@@ -122,6 +122,7 @@ class DrillRecord:
         raw = {k: v for k, v in data.items() if k not in ("passed", "checks", "failures")}
         stores = []
         for s in raw.pop("stores", []):
-            checks = {k: CheckResult(**v) for k, v in s.pop("checks", {}).items()}
-            stores.append(StoreDrill(**s, checks=checks))
+            fields = {k: v for k, v in s.items() if k != "checks"}
+            checks = {k: CheckResult(**v) for k, v in s.get("checks", {}).items()}
+            stores.append(StoreDrill(**fields, checks=checks))
         return cls(**raw, stores=stores)
