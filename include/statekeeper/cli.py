@@ -766,6 +766,41 @@ def _add_drill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     drill.add_argument(
         "--keep-sandbox", action="store_true", help="leave the restored sandbox in the report dir"
     )
+    drill.add_argument(
+        "--spark",
+        action="store_true",
+        help="also diff with the shipped app's PySpark SQL recomputation (slow: starts Spark)",
+    )
+
+
+def _spark_drill_models(spec: Any) -> list[Any]:
+    """The ``spark_models(params)`` of a shipped app (``spark_apps/<app>/drill_model.py``,
+    found next to the spec's topology), for ``drill --spark``."""
+    import importlib
+
+    from statekeeper.errors import ConfigError
+
+    module, _, _ = spec.topology.rpartition(":")
+    root = None
+    if module.endswith(".py"):
+        path = Path(module)
+        root, package = path.parents[2], f"{path.parents[1].name}.{path.parent.name}"
+    else:
+        package = module.rpartition(".")[0]
+    if not package.startswith("spark_apps."):
+        raise ConfigError(
+            f"--spark: {spec.application_id!r} is not a shipped app (spark_apps/<app>); only "
+            "those have a PySpark SQL recomputation"
+        )
+    if root is not None and str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # the app's modules import each other as spark_apps.*
+    try:
+        models = importlib.import_module(f"{package}.drill_model")
+    except ImportError as exc:
+        raise ConfigError(
+            f"--spark: {package} has no PySpark recomputation for drills: {exc}"
+        ) from exc
+    return list(models.spark_models(spec.params))
 
 
 def _cmd_drill(args: argparse.Namespace) -> int:
@@ -786,6 +821,7 @@ def _cmd_drill(args: argparse.Namespace) -> int:
         from_snapshot=args.from_snapshot,
         say=say,
         keep_sandbox=args.keep_sandbox,
+        spark_models=_spark_drill_models(spec) if args.spark else None,
     )
     age = "-" if record.snapshot_age_s is None else f"{record.snapshot_age_s:.1f} s"
     lines = [

@@ -22,6 +22,7 @@ from statekeeper.ops.drill.record import DrillRecord, StoreDrill
 from statekeeper.ops.drill.report_html import render_report
 from statekeeper.ops.drill.rpo import measure_rpo, snapshot_age_s
 from statekeeper.ops.drill.sandbox import restore_sandbox
+from statekeeper.ops.drill.spark_check import SparkStoreModel, check_with_spark
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.snapshots.install import LATEST
 from statekeeper.snapshots.manifest import utc_now
@@ -50,10 +51,12 @@ def run_drill(
     from_snapshot: str = LATEST,
     say: Say | None = None,
     keep_sandbox: bool = False,
+    spark_models: list[SparkStoreModel] | None = None,
 ) -> DrillRecord:
     """Drill the app of ``settings``/``topology``; returns the record (already written to
     ``report_dir``, the history and ``report.html``). ``storage`` None: no snapshots, every
-    store is replayed from its changelog."""
+    store is replayed from its changelog. ``spark_models``: the app's PySpark SQL
+    recomputations (``drill --spark``), checked as ``spark`` on the stores they cover."""
     say = say or (lambda _: None)
     now = utc_now()
     drill_id = f"{now.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -105,6 +108,13 @@ def run_drill(
                 drill.checks["consistency"] = consistency[name]
                 drill.checks["truth"] = truth[name]
                 drills[(task.task_id, name)] = drill
+        if spark_models:
+            say("recomputing with PySpark SQL")
+            spark = check_with_spark(settings, topology, restore.tasks, spark_models)
+            for key, result in spark.items():
+                drills[key].checks["spark"] = result
+            covered = {m.store for m in spark_models}
+            record.notes.append(f"spark check on store(s) {sorted(covered)}")
         say("validating with Great Expectations")
         quality = run_quality(
             [(t.task_id, s) for t in restore.tasks for s in t.stores.values()],

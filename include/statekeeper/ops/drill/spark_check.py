@@ -1,0 +1,231 @@
+"""Optional check (``drill --spark``): a shipped app's PySpark SQL recomputation, where one maps
+cleanly onto a store, diffed with the restored store task by task.
+
+A :class:`SparkStoreModel` (``spark_apps/<app>/drill_model.py``) names a store, the external
+input topics its recomputation reads, and a function from the records of those inputs (it
+builds its DataFrame with the JVM Kafka source's columns) to the store's expected contents,
+decoded. For each restored
+task the inputs are bounded where the task's state stopped:
+
+- a task reading an input directly: up to the source offsets of its restored marker;
+- a task reading a repartition topic: up to the input offsets named by the ``sk.source``
+  headers of the repartition records below its restored offset (a task of the upstream
+  subtopology emits in input order), and only the keys the repartition topic routes to this
+  task's partition are expected.
+
+The expected contents are encoded with the store's serdes and compared key by key.
+pyspark is imported here, lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from statekeeper.kafka.adapter import consumer_config
+from statekeeper.kafka.admin import make_admin, partition_count
+from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
+from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets
+from statekeeper.kafka.partitioning import partition_for_key
+from statekeeper.kafka.range_reader import read_ranges
+from statekeeper.ops.drill.contents import Contents, diff_contents, show_key
+from statekeeper.ops.drill.record import FAIL, PASS, SKIPPED, CheckResult
+from statekeeper.ops.drill.sandbox import RestoredTask
+from statekeeper.processing.output_headers import SOURCE
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.stores.builders import StoreSpec
+from statekeeper.stores.serdes import serde_for
+from statekeeper.stores.window_bytes import changelog_window_key
+
+
+@dataclass(frozen=True)
+class SparkStoreModel:
+    """A Spark recomputation of one store: ``expected(spark, records)`` returns
+    ``{key: value}`` (window stores: ``{(key, window start): value}``), decoded, for records
+    of the ``inputs`` topics (the model builds its DataFrame, e.g. with
+    ``statekeeper.recompute.spark_frames.records_to_dataframe``)."""
+
+    store: str
+    inputs: tuple[str, ...]
+    expected: Callable[[Any, list[KafkaRecord]], dict[Any, Any]]
+    name: str = "PySpark SQL recomputation"
+
+
+def encode(spec: StoreSpec, expected: dict[Any, Any]) -> Contents:
+    """Decoded expected contents as the store's changelog keys and value bytes."""
+    key_serde, value_serde = serde_for(spec.key_serde), serde_for(spec.value_serde)
+    out: Contents = {}
+    for key, value in expected.items():
+        if spec.kind == "window":
+            raw = changelog_window_key(key_serde.serialize(key[0]), int(key[1]))
+        else:
+            raw = key_serde.serialize(key)
+        out[raw] = value_serde.serialize(value)
+    return out
+
+
+def _source_of(record: KafkaRecord) -> tuple[str, int, int] | None:
+    for name, value in record.headers:
+        if name == SOURCE and value:
+            topic, partition, offset = value.decode().rsplit(":", 2)
+            return topic, int(partition), int(offset)
+    return None
+
+
+@dataclass
+class InputBounds:
+    """Where a task's state stopped in the model's inputs."""
+
+    ends: dict[tuple[str, int], int]  # (input topic, partition) -> end offset (exclusive)
+    owner: Callable[[bytes], bool] | None = None  # keys routed to this task (repartition)
+    #: Keys of an input record only part of whose repartition records the task processed:
+    #: its state holds some of that record's effects, a recomputation all or none.
+    uncertain: set[bytes] = field(default_factory=set)
+
+
+def input_bounds(
+    settings: StatekeeperSettings, topology: Any, task: RestoredTask, inputs: tuple[str, ...]
+) -> InputBounds:
+    """Where ``task``'s restored state stopped in ``inputs`` (see the module docstring)."""
+    app = settings.application_id
+    repartition = set(topology.internal_topics(app))
+    conf = consumer_config(settings.bootstrap_servers)
+    bounds = InputBounds({})
+    for tp, end in task.source_offsets.items():
+        topic, _, partition_text = tp.rpartition(":")
+        partition = int(partition_text)
+        if topic in inputs:
+            bounds.ends[(topic, partition)] = max(bounds.ends.get((topic, partition), 0), end)
+        elif topic in repartition:
+            _bound_by_repartition(settings, conf, bounds, topic, partition, end, inputs)
+            width = partition_count(make_admin(settings.bootstrap_servers), topic) or 1
+            mine = task.partition
+            bounds.owner = lambda raw, w=width, p=mine: partition_for_key(raw, w) == p  # noqa: E731
+    return bounds
+
+
+def _bound_by_repartition(
+    settings: StatekeeperSettings,
+    conf: dict[str, Any],
+    bounds: InputBounds,
+    topic: str,
+    partition: int,
+    end: int,
+    inputs: tuple[str, ...],
+) -> None:
+    """Input ends from the ``sk.source`` headers of the repartition records below ``end``;
+    the keys of a last input record whose repartition records continue past ``end`` become
+    uncertain."""
+    start = log_start_offsets(conf, [(topic, partition)], settings.broker_timeout_s)
+    stop = log_end_offsets(conf, [(topic, partition)], settings.broker_timeout_s)
+    records = read_ranges(
+        conf,
+        [OffsetRange(topic, partition, start[(topic, partition)], stop[(topic, partition)])],
+        settings.broker_timeout_s,
+    )[tp_key(topic, partition)]
+    last: dict[tuple[str, int], int] = {}
+    for record in records:
+        source = _source_of(record)
+        if record.offset >= end or source is None or source[0] not in inputs:
+            continue
+        key = (source[0], source[1])
+        last[key] = max(last.get(key, -1), source[2])
+    for key, offset in last.items():
+        bounds.ends[key] = max(bounds.ends.get(key, 0), offset + 1)
+    split = {
+        (s[0], s[1], s[2])
+        for r in records
+        if r.offset >= end and (s := _source_of(r)) is not None and last.get((s[0], s[1])) == s[2]
+    }
+    bounds.uncertain |= {r.key for r in records if r.key is not None and _source_of(r) in split}
+
+
+def _session(settings: StatekeeperSettings) -> tuple[Any, bool]:
+    """The active SparkSession, or a new local one (and whether it was made here)."""
+    from pyspark.sql import SparkSession
+
+    from statekeeper.spark.session_env import prepare_spark_env, quiet_spark_logs
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    confs = prepare_spark_env()
+    builder = SparkSession.builder.master(settings.spark_master).appName("statekeeper-drill")
+    for key, value in {
+        **confs,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "4",
+    }.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    quiet_spark_logs(spark)
+    return spark, True
+
+
+def check_with_spark(
+    settings: StatekeeperSettings,
+    topology: Any,
+    tasks: list[RestoredTask],
+    models: list[SparkStoreModel],
+) -> dict[tuple[str, str], CheckResult]:
+    """The ``spark`` check of every restored store a model covers, per ``(task, store)``."""
+    results: dict[tuple[str, str], CheckResult] = {}
+    if not models:
+        return results
+    spark, made_here = _session(settings)
+    conf = consumer_config(settings.bootstrap_servers)
+    try:
+        for task in tasks:
+            for model in models:
+                store = task.stores.get(model.store)
+                if store is None:
+                    continue
+                bounds = input_bounds(settings, topology, task, model.inputs)
+                if not bounds.ends:
+                    results[(task.task_id, model.store)] = CheckResult(
+                        SKIPPED, f"the restored state read none of {list(model.inputs)}"
+                    )
+                    continue
+                starts = log_start_offsets(conf, list(bounds.ends), settings.broker_timeout_s)
+                ranges = [
+                    OffsetRange(t, p, starts[(t, p)], end) for (t, p), end in bounds.ends.items()
+                ]
+                records = [
+                    r
+                    for run in read_ranges(conf, ranges, settings.broker_timeout_s).values()
+                    for r in run
+                ]
+                window = store.spec.kind == "window"
+
+                def compared(raw: bytes, b: InputBounds = bounds, w: bool = window) -> bool:
+                    key = raw[:-8] if w else raw
+                    return (b.owner is None or b.owner(key)) and key not in b.uncertain
+
+                expected = encode(store.spec, model.expected(spark, records))
+                expected = {k: v for k, v in expected.items() if compared(k)}
+                actual = {k: v for k, v in store.contents.items() if compared(k)}
+                diff = diff_contents(expected, actual)
+                what = f"the {model.name} of {len(records)} input record(s)"
+                if bounds.uncertain:
+                    what += (
+                        f" ({len(bounds.uncertain)} key(s) of a partly processed input record "
+                        "not compared)"
+                    )
+                results[(task.task_id, model.store)] = (
+                    CheckResult(PASS, f"{len(expected)} keys equal to {what}")
+                    if diff.equal
+                    else CheckResult(
+                        FAIL,
+                        diff.describe(what, "the restored copy"),
+                        [show_key(store.spec, k) for k in diff.examples],
+                        diff.counts(),
+                    )
+                )
+    finally:
+        if made_here:
+            spark.stop()
+    return results

@@ -1,0 +1,117 @@
+"""``drill --spark``: word_count's restored count store against its PySpark SQL
+recomputation, with the count tasks behind their repartition topic (the inputs are bounded
+by the ``sk.source`` headers of what they processed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+
+from confluent_kafka import Producer
+
+from spark_apps.word_count.drill_model import spark_models
+from spark_apps.word_count.topology import build_topology
+from statekeeper.app.topics import prepare_topics
+from statekeeper.cli import main
+from statekeeper.kafka.adapter import consumer_config, producer_config
+from statekeeper.kafka.model import OffsetRange, tp_key
+from statekeeper.kafka.offsets import log_end_offsets
+from statekeeper.kafka.range_reader import read_ranges
+from statekeeper.ops.drill import run_drill
+from statekeeper.processing.output_producer import OutputProducer
+from statekeeper.processing.stream_task import StreamTask
+from statekeeper.settings import load_settings
+from statekeeper.state.environment import StateEnvironment
+
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+TIMEOUT = 20.0
+
+
+def _run_word_count(admin, broker, tmp_path):
+    """word_count run in-process: both upstream tasks over all lines, then each count task
+    over the first 70 % of its repartition partition (so it is behind the lines topic)."""
+    app_id = f"wc-drill-{uuid.uuid4().hex[:8]}"
+    lines, out = f"{app_id}-lines", f"{app_id}-counts"
+    from statekeeper.kafka.admin import ensure_topic
+
+    ensure_topic(admin, lines, 2)
+    params = {"input_topic": lines, "output_topic": out}
+    topology = build_topology(**params)
+    prepare_topics(admin, topology, app_id, TIMEOUT)
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    for i in range(120):
+        text = " ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 1 + i % 5))
+        producer.produce(lines, text.encode(), partition=i % 2, timestamp=1_000 + i)
+    assert producer.flush(TIMEOUT) == 0
+    settings = load_settings(
+        bootstrap_servers=broker.bootstrap_servers,
+        state_dir=tmp_path / "state",
+        application_id=app_id,
+    )
+    conf = consumer_config(broker.bootstrap_servers)
+    env = StateEnvironment(settings)
+    outputs = OutputProducer(broker.bootstrap_servers)
+    try:
+        for p in (0, 1):
+            records = read_ranges(conf, [OffsetRange(lines, p, 0, 60)], TIMEOUT)
+            with env.task(f"0_{p}", p, topology.store_specs(0)) as task:
+                StreamTask(topology, 0, p, task, outputs, app_id).process_batch(0, 5, records)
+            outputs.flush(TIMEOUT)
+        [repartition] = topology.internal_topics(app_id)
+        ends = log_end_offsets(conf, [(repartition, 0), (repartition, 1)], TIMEOUT)
+        for p in (0, 1):
+            end = ends[(repartition, p)] * 7 // 10
+            records = read_ranges(conf, [OffsetRange(repartition, p, 0, end)], TIMEOUT)
+            with env.task(f"1_{p}", p, topology.store_specs(1)) as task:
+                StreamTask(topology, 1, p, task, outputs, app_id).process_batch(0, 5, records)
+                outputs.flush(TIMEOUT)
+                task.commit(0, {tp_key(repartition, p): end})
+    finally:
+        outputs.close()
+        env.close()
+    spec = tmp_path / "wc.yaml"
+    spec.write_text(
+        f"application_id: {app_id}\ntopology: spark_apps.word_count.topology:build_topology\n"
+        f"params: {json.dumps(params)}\n"
+        f"settings: {{bootstrap_servers: '{broker.bootstrap_servers}', "
+        f"state_dir: '{tmp_path / 'state'}'}}\n"
+    )
+    return spec, settings, topology, params
+
+
+def test_drill_spark_matches_word_count_and_names_a_wrong_key(
+    admin, broker, spark, tmp_path, capsys
+):
+    spec, settings, topology, params = _run_word_count(admin, broker, tmp_path)
+    argv = ["drill", "--app", str(spec), "--from-snapshot", "none", "--spark", "--json"]
+    assert main([*argv, "--report-dir", str(tmp_path / "r1")]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["checks"]["spark"] == "pass" and record["passed"], record["failures"]
+    counted = [s for s in record["stores"] if s["store"] == "word-counts"]
+    assert len(counted) == 2 and all(s["key_count"] > 0 for s in counted)
+    assert all("PySpark SQL word count" in s["checks"]["spark"]["detail"] for s in counted)
+    assert record["source_records_behind"] > 0  # the count tasks were behind: bounds mattered
+    # The 70 % cut splits one line's words: the keys of that line are left out, the rest match.
+    details = [s["checks"]["spark"]["detail"] for s in counted]
+    assert any("partly processed input record not compared" in d for d in details), details
+
+    # A recomputation that disagrees on one word fails the check, naming it.
+    [model] = spark_models(params)
+
+    def off_by_one(spark, records):
+        counts = model.expected(spark, records)
+        counts["alpha"] = counts.get("alpha", 0) + 1
+        return counts
+
+    wrong = dataclasses.replace(model, expected=off_by_one)
+    failed = run_drill(
+        settings,
+        topology,
+        None,
+        report_dir=tmp_path / "r2",
+        from_snapshot="none",
+        spark_models=[wrong],
+    )
+    assert not failed.passed and failed.check_status("spark") == "fail"
+    assert any("spark" in line and "alpha" in line for line in failed.failures())
