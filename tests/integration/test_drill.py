@@ -179,6 +179,14 @@ def test_healthy_drill_passes_and_writes_everything(admin, broker, tmp_path, cap
     assert not any(report.glob(".sandbox-*"))  # the sandbox is removed
     assert _untouched(app) == before
 
+    # Bad input exits 2 with the bad thing named.
+    assert main(["drill", "--app", str(app.spec), "--from-snapshot", "no-such-id"]) == 2
+    assert "no snapshot 'no-such-id'" in capsys.readouterr().err
+    assert main(["drill", "--app", app.app_id]) == 2
+    assert "drill needs the app spec" in capsys.readouterr().err
+    assert main(["drill", "--app", str(app.spec), "--spark"]) == 2
+    assert "not a shipped app" in capsys.readouterr().err
+
 
 def test_drill_never_changes_a_running_app(admin, broker, tmp_path, capsys):
     app = _live_app(admin, broker, tmp_path)
