@@ -28,7 +28,7 @@ from statekeeper.ops.stores.local_stores import open_read_only
 from statekeeper.processing.output_producer import OutputProducer
 from statekeeper.processing.stream_task import StreamTask
 from statekeeper.settings import load_settings
-from statekeeper.snapshots import SnapshotStorage, snapshot_task
+from statekeeper.snapshots import SnapshotStorage, list_snapshots, snapshot_task
 from statekeeper.state.directory import TaskDirectory, TaskLock
 from statekeeper.state.environment import StateEnvironment
 
@@ -268,3 +268,23 @@ def test_drill_of_a_damaged_changelog_fails_naming_the_keys(admin, broker, tmp_p
     assert main(["drill", *argv]) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and "0_0 totals truth" in out and damaged[1] in out
+
+
+def test_drill_fails_on_a_damaged_snapshot_file(admin, broker, tmp_path, capsys):
+    app = _live_app(admin, broker, tmp_path)
+    storage = SnapshotStorage((tmp_path / "snaps").as_uri(), app.app_id)
+    [manifest] = list_snapshots(storage, "0_0", "totals")
+    sst = max((f for f in manifest.files if f.name.endswith(".sst")), key=lambda f: f.size)
+    target = Path(storage.shared_path(sst.sha256))
+    target.write_bytes(b"x" + target.read_bytes()[1:])
+
+    code, record = _drill(capsys, "--app", str(app.spec), "--report-dir", str(tmp_path / "r"))
+    assert code == 1 and record["checks"]["integrity"] == "fail"
+    totals = next(s for s in record["stores"] if (s["task"], s["store"]) == ("0_0", "totals"))
+    integrity = totals["checks"]["integrity"]
+    assert integrity["status"] == "fail"
+    assert f"snapshot {manifest.snapshot_id} was skipped" in integrity["detail"]
+    assert sst.name in integrity["detail"] and "fails verification" in integrity["detail"]
+    # The store still came back, by full replay, and is right.
+    assert totals["source"] == "full replay"
+    assert totals["checks"]["truth"]["status"] == "pass"

@@ -51,7 +51,8 @@ def check_integrity(
         used = store.manifest or next(
             (m for m in manifests if m.snapshot_id == store.snapshot_id), None
         )
-        if used is not None and used is not (manifests[-1] if manifests else None):
+        newest_id = manifests[-1].snapshot_id if manifests else None
+        if used is not None and used.snapshot_id != newest_id:
             bad = _bad_files(storage, used)
             if bad:
                 problems.append(f"snapshot {used.snapshot_id} fails verification: {bad}")
