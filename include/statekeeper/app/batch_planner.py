@@ -161,6 +161,33 @@ class BatchPlanner:
             if (backlog := self._backlog(tid, last + 1))
         ]
 
+    def commit_only_runs(
+        self, tasks: Iterable[tuple[str, int, int]], batch_id: int | None = None
+    ) -> list[TaskRun]:
+        """Commit-only runs (no ranges, ``force_commit``) for ``tasks`` (id, subtopology,
+        partition) in batch ``batch_id`` (default: the newest in the history; none without
+        a history), each with the backlog it has not reported committed: a snapshot reaches
+        tasks without input in a batch, or an idle app."""
+        if batch_id is None:
+            if not self._history:
+                return []
+            batch_id = max(self._history)
+        logged = self._history.get(batch_id)
+        batch_time = logged.batch_time_ms if logged else self._log.batch_time_ms(batch_id)
+        return [
+            TaskRun(
+                tid,
+                sub,
+                partition,
+                ranges=(),
+                batch_id=batch_id,
+                batch_time_ms=batch_time,
+                backlog=self._backlog(tid, batch_id + 1),
+                force_commit=True,
+            )
+            for tid, sub, partition in sorted(tasks)
+        ]
+
     def note_results(self, results: Iterable[TaskRunResult]) -> None:
         """Take in the last batch each task reports its state committed."""
         for result in results:

@@ -12,6 +12,7 @@ batches' ranges so a task that lost uncommitted batches replays them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -25,6 +26,7 @@ from typing import Any
 from statekeeper.app.batch_planner import BatchPlanner
 from statekeeper.app.batch_stats import DEFAULT_WINDOW, BatchStats
 from statekeeper.app.lifecycle import AppState, AppStateMachine, StateListener
+from statekeeper.app.snapshot_requests import SnapshotRequests
 from statekeeper.app.status import StatusBoard, StatusServer
 from statekeeper.app.topics import TopicPlan, prepare_topics
 from statekeeper.errors import ConfigError, StatekeeperError
@@ -46,6 +48,8 @@ LAG_REFRESH_S = 2.0  # how often the driver re-reads source end offsets for the 
 #: Passes over a batch's runs before giving up: a run claimed by a Spark task attempt that
 #: failed (and was retried elsewhere) reports nothing and is run again in the next pass.
 MAX_BATCH_PASSES = 3
+#: A graceful stop waits this long for snapshots still uploading.
+SNAPSHOT_STOP_WAIT_S = 60.0
 
 
 class StopRequested(StatekeeperError):
@@ -103,6 +107,9 @@ class StatekeeperApp:
             max_records_per_batch=settings.max_records_per_batch,
         )
         self._query: Any = None
+        self._spark_session: Any = None  # for snapshot passes of an idle app
+        self.snapshots = SnapshotRequests(settings.snapshot_interval_s, self._snapshot_storage)
+        self._storage: Any = None
 
     # -- public API --------------------------------------------------------------------------
 
@@ -132,6 +139,12 @@ class StatekeeperApp:
     def add_state_listener(self, listener: StateListener) -> None:
         self.machine.add_listener(listener)
 
+    def request_snapshot(self) -> dict[str, Any]:
+        """Ask for a snapshot of every task at the next commit boundary (the next batch, or a
+        commit-only pass when the app is idle); returns the request (``request_id``, state).
+        Its progress shows under ``snapshot_requests`` in the status document."""
+        return self.snapshots.request("api")
+
     def stop(self) -> None:
         """Ask for a graceful stop: the running batch finishes and commits, then Spark stops."""
         self._stop_requested.set()
@@ -144,7 +157,7 @@ class StatekeeperApp:
             self.machine.transition(AppState.REBALANCING)
             self._start_status()
             self._plan = self._prepare()
-            spark = self._spark()
+            spark = self._spark_session = self._spark()
             self._replay_lost_batches(spark)
             self._query = query = self._start_query(spark)
             self._supervise(query, stop_when_idle, idle_s)
@@ -179,7 +192,9 @@ class StatekeeperApp:
     def _start_status(self) -> None:
         s = self.settings
         if s.status_port is not None:
-            self._server = StatusServer(self.board, s.status_host, s.status_port).start()
+            self._server = StatusServer(
+                self.board, s.status_host, s.status_port, actions={"/snapshot": self._post_snapshot}
+            ).start()
             log.info("status endpoint %s", self._server.url)
         self.board.update(
             state=self.state.value,
@@ -300,8 +315,13 @@ class StatekeeperApp:
                 # Off the batch path: end offsets for the status page's source lag.
                 self._refresh_ends()
                 refreshed = time.monotonic()
+                self.snapshots.confirm_uploads()
+                self._publish_snapshots()
                 self.board.write_file()
-            if stop_when_idle and self._idle(idle_s):
+            self.snapshots.schedule()
+            if self.snapshots.pending:
+                self._snapshot_idle_tasks()
+            if stop_when_idle and not self.snapshots.pending and self._idle(idle_s):
                 log.info("all input processed; stopping")
                 self.stop()
             if self._stop_requested.is_set():
@@ -314,9 +334,21 @@ class StatekeeperApp:
     def _graceful_stop(self, query: Any) -> None:
         if self.state is not AppState.ERROR:
             self.machine.transition(AppState.PENDING_SHUTDOWN)
+        self._await_snapshots(SNAPSHOT_STOP_WAIT_S)
         with self._batch_lock:  # waits for the running batch to commit
             self._stopping = True
         query.stop()
+
+    def _await_snapshots(self, timeout_s: float) -> None:
+        """Before stopping: give snapshots being uploaded up to ``timeout_s`` to finish (a
+        stopped app's workers go, and an unfinished upload leaves no snapshot)."""
+        deadline = time.monotonic() + timeout_s
+        while self.snapshots.running and time.monotonic() < deadline:
+            time.sleep(0.2)
+            self.snapshots.confirm_uploads()
+        self._publish_snapshots()
+        if self.snapshots.running:
+            log.warning("stopping with snapshot uploads unfinished after %.0fs", timeout_s)
 
     def _idle(self, idle_s: float) -> bool:
         if time.monotonic() - self._last_batch_end < idle_s or self._batch_lock.locked():
@@ -357,7 +389,7 @@ class StatekeeperApp:
         started: float,
     ) -> None:
         """Plan, run (``execute``) and record one batch; Spark-free given ``execute``."""
-        runs = self.planner.plan_batch(batch_id, ranges)
+        runs = self._with_snapshot(batch_id, self.planner.plan_batch(batch_id, ranges))
         results = execute(runs)
         self._record(batch_id, runs, results, time.perf_counter() - started)
         if self.state is AppState.RESTORING:
@@ -405,6 +437,10 @@ class StatekeeperApp:
 
     def _note_committed(self, results: list[TaskRunResult]) -> None:
         self.planner.note_results(results)
+        events = [event for result in results for event in result.snapshots]
+        if events:
+            self.snapshots.note_events(events)
+            self._publish_snapshots()
         for result in results:
             if result.task_id not in self._opened and not result.warm:
                 # The first open of a task in this run is the restore that matters (later
@@ -471,6 +507,90 @@ class StatekeeperApp:
         self.board.update(last_batch=last, totals=dict(self._stats.totals))
         records = last["records"]
         log.info("batch %d: %d tasks, %d records in %.2fs", batch_id, len(runs), records, seconds)
+
+    # -- snapshots (statekeeper.app.snapshot_requests) -----------------------------------------
+
+    def _snapshot_storage(self) -> Any:
+        from statekeeper.worker.task_snapshots import snapshot_storage
+
+        if self._storage is None:
+            self._storage = snapshot_storage(self.settings)
+        return self._storage
+
+    def _post_snapshot(self, _body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``POST /snapshot``: 202 with the request, or 409 when the app does not run."""
+        if self.state not in (AppState.REBALANCING, AppState.RESTORING, AppState.RUNNING):
+            return 409, {"error": f"app {self.app_id} is {self.state.value}; no snapshot"}
+        request = self.snapshots.request("endpoint")
+        self._publish_snapshots()
+        return 202, {**request, "status_url": self.status_url}
+
+    def _stateful_tasks(self) -> list[tuple[str, int, int]]:
+        if self._plan is None:
+            return []
+        return [
+            (task_id(sub, p), sub, p)
+            for sub, p in self._plan.tasks
+            if self.topology.store_specs(sub)
+        ]
+
+    def _with_snapshot(self, batch_id: int, runs: list[TaskRun]) -> list[TaskRun]:
+        """When a snapshot is pending, this batch takes it: every stateful task's run carries
+        the request (tasks without input join as commit-only runs) and commits now."""
+        if not self.snapshots.pending:
+            return runs
+        tasks = self._stateful_tasks()
+        stateful = {tid for tid, _, _ in tasks}
+        have = {run.task_id for run in runs}
+        extra = self.planner.commit_only_runs(
+            [t for t in tasks if t[0] not in have], batch_id=batch_id
+        )
+        request = self.snapshots.take(batch_id, stateful)
+        if request is None:
+            return runs
+        return [
+            dataclasses.replace(run, snapshot_request=request) if run.task_id in stateful else run
+            for run in [*runs, *extra]
+        ]
+
+    def _snapshot_idle_tasks(self) -> None:
+        """A pending snapshot while no batch runs (an idle app): a commit-only pass of every
+        stateful task takes it. A running batch takes it instead (the lock is busy)."""
+        spark = self._spark_session
+        quiet_s = max(1.0, 2 * self.settings.trigger_interval_ms / 1000)
+        if (
+            spark is None
+            or self._stopping
+            or time.monotonic() - self._last_batch_end < quiet_s  # a batch will take it
+            or not self._batch_lock.acquire(blocking=False)
+        ):
+            return
+        try:
+            if self._stopping or not self.snapshots.pending:
+                return
+            runs = self.planner.commit_only_runs(self._stateful_tasks())
+            if not runs:
+                self.snapshots.take(None, [])  # nothing has run: nothing to snapshot
+                self._publish_snapshots()
+                return
+            request = self.snapshots.take(runs[0].batch_id, [r.task_id for r in runs])
+            runs = [dataclasses.replace(r, snapshot_request=request) for r in runs]
+            try:
+                results = self._execute(spark, runs)
+            except Exception as exc:  # the snapshot fails, the app goes on
+                log.exception("snapshot %s: the commit-only pass failed", request)
+                self.snapshots.fail(str(request), f"{type(exc).__name__}: {exc}")
+                self._publish_snapshots()
+                return
+            self._note_committed(results)
+            log.info("snapshot %s: commit-only pass over %d task(s)", request, len(runs))
+        finally:
+            self._batch_lock.release()
+
+    def _publish_snapshots(self) -> None:
+        for tid, snapshot in self.snapshots.task_status().items():
+            self.board.update_task(tid, snapshot=snapshot)
+        self.board.update(snapshot_requests=self.snapshots.status())
 
     # -- status --------------------------------------------------------------------------------
 

@@ -74,11 +74,23 @@ class StatusBoard:
             os.replace(tmp, self.file)
 
 
-class StatusServer:
-    """``GET /status`` (the document) and ``GET /health`` (200 while running) on a thread."""
+#: A POST action: the request's JSON body (``{}`` when empty) -> (HTTP code, JSON answer).
+PostAction = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
 
-    def __init__(self, board: StatusBoard, host: str = "127.0.0.1", port: int = 0) -> None:
+
+class StatusServer:
+    """``GET /status`` (the document) and ``GET /health`` (200 while running) on a thread;
+    ``actions`` adds ``POST <path>`` operations (``POST /snapshot``)."""
+
+    def __init__(
+        self,
+        board: StatusBoard,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        actions: dict[str, PostAction] | None = None,
+    ) -> None:
         board_ref = board
+        posts = dict(actions or {})
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server API)
@@ -90,6 +102,24 @@ class StatusServer:
                     self._send(200 if healthy else 503, {"state": doc.get("state")})
                 else:
                     self._send(404, {"error": f"no such path {self.path}; try /status"})
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server API)
+                action = posts.get(self.path.rstrip("/"))
+                if action is None:
+                    self._send(404, {"error": f"no POST {self.path}; paths: {sorted(posts)}"})
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+                except ValueError as exc:
+                    self._send(400, {"error": f"the request body is not JSON: {exc}"})
+                    return
+                try:
+                    code, answer = action(body if isinstance(body, dict) else {})
+                except Exception as exc:  # answer, and keep serving
+                    log.exception("POST %s failed", self.path)
+                    code, answer = 500, {"error": f"{type(exc).__name__}: {exc}"}
+                self._send(code, answer)
 
             def _send(self, code: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body, sort_keys=True, default=str).encode()

@@ -1,0 +1,155 @@
+"""Snapshots of a running app (POST /snapshot on its status endpoint) and its automatic
+restore from the newest snapshot + the changelog tail when a task directory is lost:
+word_count in this process on the tests' local[2] Spark session, the embedded broker,
+file:// snapshot storage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from spark_apps.app_process import spark_app_spec
+from spark_apps.word_count.reference import recompute
+from statekeeper.app.spec import load_app_spec
+from statekeeper.app.statekeeper_app import StatekeeperApp
+from statekeeper.app.store_reader import read_store
+from statekeeper.kafka.adapter import consumer_config, producer_config
+from statekeeper.kafka.admin import ensure_topic, make_admin
+from statekeeper.kafka.embedded import EmbeddedBroker
+from statekeeper.kafka.offsets import LogEndReader
+from statekeeper.kafka.topic_reader import read_topic
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.snapshots import SnapshotStorage, list_snapshots
+
+VOCABULARY = 400  # first run: ~200 distinct words per counting task
+TAIL_WORDS = 10  # the tail after the snapshot touches at most these
+TAIL_LINES = 100
+
+
+def _status(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.load(resp)
+
+
+def _wait(what: str, check: Any, timeout_s: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _caught_up(app: StatekeeperApp, ends_reader: LogEndReader) -> bool:
+    """Every task committed up to the end of its input (lines and the repartition topic)."""
+    committed: dict[str, int] = {}
+    for task in app.board.snapshot()["tasks"].values():
+        committed.update(task.get("committed_offsets") or {})
+    tps = [(t, p) for t in ("lines", "snap-app-words-repartition") for p in (0, 1)]
+    ends = ends_reader.read(tps)
+    return all(committed.get(f"{t}:{p}", -1) >= end for (t, p), end in ends.items())
+
+
+def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_tail(
+    spark: Any, tmp_path: Path
+) -> None:
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        ensure_topic(make_admin(bootstrap), "lines", 2)
+        producer = Producer(producer_config(bootstrap))
+        for i in range(600):
+            line = " ".join(f"w{(i * 7 + j * 13) % VOCABULARY}" for j in range(3))
+            producer.produce("lines", line.encode(), b"%d" % i, i % 2)
+        assert producer.flush(15) == 0
+        settings = StatekeeperSettings(
+            bootstrap_servers=bootstrap,
+            application_id="snap-app",
+            state_dir=tmp_path / "state",
+            checkpoint_dir=tmp_path / "checkpoints",
+            # Every batch drains its source, so every batch commits (DESIGN.md R3) and the
+            # committed offsets in the status say when the input is processed.
+            max_records_per_batch=100_000,
+            trigger_interval_ms=50,
+            starting_offsets="earliest",
+            status_port=0,
+        )
+        topology = load_app_spec(spark_app_spec("word_count")).build_topology()
+        app = StatekeeperApp(topology, settings)
+        ends = LogEndReader(consumer_config(bootstrap), 10.0)
+        runner = threading.Thread(target=app.run, name="snap-app")
+        runner.start()
+        try:
+            _wait(
+                "the first run to catch up",
+                lambda: app.state.value == "RUNNING" and _caught_up(app, ends),
+            )
+            url = app.status_url
+            assert url is not None
+            post = urllib.request.Request(url.rsplit("/", 1)[0] + "/snapshot", method="POST")
+            with urllib.request.urlopen(post, timeout=5) as resp:
+                assert resp.status == 202
+                request_id = json.load(resp)["request_id"]
+            request = _wait(
+                "the snapshot to upload",
+                lambda: (
+                    (r := _status(url)["snapshot_requests"][request_id])["state"]
+                    in ("uploaded", "failed")
+                    and r
+                ),
+            )
+            assert request["state"] == "uploaded", request
+            assert sorted(request["tasks"]) == ["1_0", "1_1"]  # the counting tasks
+            tasks = _status(url)["tasks"]
+            snap = tasks["1_1"]["snapshot"]
+            assert snap["request_id"] == request_id and snap["pause_ms"] >= 0
+            snapshot_id = snap["snapshot_ids"]["word-counts"]
+
+            # The tail: more records after the snapshot.
+            for i in range(600, 600 + TAIL_LINES):
+                producer.produce("lines", f"w{i % TAIL_WORDS}".encode(), b"%d" % i, i % 2)
+            assert producer.flush(15) == 0
+            _wait("the tail to be processed", lambda: _caught_up(app, ends))
+        finally:
+            ends.close()
+            app.stop()
+            runner.join(120)
+        assert app.state.value == "NOT_RUNNING"
+
+        storage = SnapshotStorage((tmp_path / "snapshots").as_uri(), "snap-app", create=False)
+        [manifest] = [
+            m for m in list_snapshots(storage, "1_1", "word-counts") if m.snapshot_id == snapshot_id
+        ]
+        assert manifest.key_count > TAIL_LINES  # a full replay would apply at least these
+
+        # Reading the stores takes the task locks, so the Spark workers (they outlive the app
+        # in this session) close the tasks they kept open.
+        expected = recompute(read_topic(bootstrap, "lines"))
+        assert read_store(settings, topology, "word-counts", 2) == expected.counts
+
+        # Task 1_1 loses its directory; the restart installs the snapshot and replays the tail.
+        shutil.rmtree(settings.state_dir / "snap-app" / "1_1")
+        for i in range(700, 720):  # new input, so the tasks open (a restart opens on input)
+            producer.produce("lines", f"w{i % TAIL_WORDS}".encode(), b"%d" % i, i % 2)
+        assert producer.flush(15) == 0
+        restarted = StatekeeperApp(topology, settings)
+        restarted.run(stop_when_idle=True, idle_s=1.0)
+        tasks = restarted.board.snapshot()["tasks"]
+        lost = {r["store"]: r for r in tasks["1_1"]["restore"]}["word-counts"]
+        kept = {r["store"]: r for r in tasks["1_0"]["restore"]}["word-counts"]
+        assert lost["source"] == "snapshot" and lost["snapshot_id"] == snapshot_id
+        assert not lost["full"] and 0 < lost["records"] <= TAIL_LINES
+        assert kept["source"] == "local state"
+        progress = json.loads(
+            (settings.state_dir / "snap-app" / "1_1" / ".restore-progress.json").read_text()
+        )
+        assert progress["stores"]["word-counts"]["source"] == "snapshot"
+        expected = recompute(read_topic(bootstrap, "lines"))
+        assert read_store(settings, topology, "word-counts", 2) == expected.counts
