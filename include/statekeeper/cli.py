@@ -462,7 +462,8 @@ def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     create = _subcommand(
         sub,
         "create",
-        "snapshot every task of a stopped app from its local state",
+        "snapshot every task: a running app at its next commit (through its status "
+        "endpoint), a stopped app from its local state",
         _cmd_snapshot_create,
     )
     listing = _subcommand(
@@ -492,6 +493,12 @@ def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         parser.add_argument("--task", action="append", help="only this task (repeatable)")
         parser.add_argument("--store", action="append", help="only this store (repeatable)")
     create.add_argument("--state-dir", help="state root (default: the spec's settings)")
+    create.add_argument(
+        "--timeout-s",
+        type=float,
+        default=300.0,
+        help="a running app: how long to wait for the upload (300)",
+    )
     prune.add_argument("--keep", type=int, help="snapshots kept per task and store")
     prune.add_argument("--max-age-h", type=float, help="drop snapshots older than this (hours)")
     prune.add_argument(
@@ -542,9 +549,12 @@ def _snapshot_filter(args: argparse.Namespace, manifests: list[Any]) -> list[Any
 
 
 def _cmd_snapshot_create(args: argparse.Namespace) -> int:
-    from statekeeper.ops.snapshot_app import snapshot_app
+    from statekeeper.ops.snapshot_app import running_app_status_url, snapshot_app
 
     settings, spec = _snapshot_target(args, need_spec="snapshot create")
+    status_url = running_app_status_url(settings)
+    if status_url is not None:
+        return _snapshot_running(args, settings, status_url)
     storage = _snapshot_storage(settings, create=True)
     results = snapshot_app(
         settings, spec.build_topology(), storage, tasks=args.task, stores=args.store
@@ -570,6 +580,30 @@ def _cmd_snapshot_create(args: argparse.Namespace) -> int:
     ]
     _emit(args, payload, "\n".join(lines))
     return EXIT_OK
+
+
+def _snapshot_running(args: argparse.Namespace, settings: Any, status_url: str) -> int:
+    from statekeeper.errors import ConfigError
+    from statekeeper.ops.snapshot_app import snapshot_running_app
+
+    if args.task or args.store:
+        raise ConfigError(
+            f"app {settings.application_id} is running ({status_url}): it snapshots every "
+            "task and store at its next commit; --task/--store apply to a stopped app"
+        )
+    request = snapshot_running_app(status_url, timeout_s=args.timeout_s)
+    payload = {"application_id": settings.application_id, "running": True, **request}
+    lines = [
+        f"{settings.application_id} (running): snapshot {request['request_id']} "
+        f"{request['state']} at batch {request.get('batch_id')}"
+    ]
+    lines += [
+        f"  {r['task']} {r['store']}: {r['snapshot_id']} (pause {r['pause_ms']} ms)"
+        for r in request["snapshots"]
+    ]
+    lines += [f"  FAILED {e['task']} ({e['phase']}): {e['error']}" for e in request["errors"]]
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK if request["state"] == "uploaded" else EXIT_ERROR
 
 
 def _cmd_snapshot_list(args: argparse.Namespace) -> int:
@@ -800,7 +834,13 @@ def _spark_drill_models(spec: Any) -> list[Any]:
         raise ConfigError(
             f"--spark: {package} has no PySpark recomputation for drills: {exc}"
         ) from exc
-    return list(models.spark_models(spec.params))
+    found = list(models.spark_models(spec.params))
+    if not found:
+        raise ConfigError(
+            f"--spark: the recomputation of {package} does not model this app's params "
+            f"{spec.params} (see {package}.drill_model)"
+        )
+    return found
 
 
 def _cmd_drill(args: argparse.Namespace) -> int:

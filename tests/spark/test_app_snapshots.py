@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 
 from spark_apps.app_process import spark_app_spec
 from spark_apps.word_count.reference import recompute
+from statekeeper import cli
 from statekeeper.app.spec import load_app_spec
 from statekeeper.app.statekeeper_app import StatekeeperApp
 from statekeeper.app.store_reader import read_store
@@ -59,7 +60,7 @@ def _caught_up(app: StatekeeperApp, ends_reader: LogEndReader) -> bool:
 
 
 def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_tail(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, capsys: Any
 ) -> None:
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
@@ -111,6 +112,23 @@ def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_t
             snap = tasks["1_1"]["snapshot"]
             assert snap["request_id"] == request_id and snap["pause_ms"] >= 0
             snapshot_id = snap["snapshot_ids"]["word-counts"]
+
+            # `statekeeper snapshot create` finds the app running and asks it the same way.
+            spec = tmp_path / "snap-app.yaml"
+            topology_file = Path(spark_app_spec("word_count")).parent / "topology.py"
+            spec.write_text(
+                f"application_id: snap-app\ntopology: {topology_file}:build_topology\n"
+                f"settings: {{bootstrap_servers: '{bootstrap}', "
+                f"state_dir: '{settings.state_dir}'}}\n"
+            )
+            capsys.readouterr()
+            assert cli.main(["snapshot", "create", "--app", str(spec), "--json"]) == 0
+            created = json.loads(capsys.readouterr().out)
+            assert created["running"] and created["state"] == "uploaded"
+            assert created["request_id"] != request_id and created["batch_id"] is not None
+            ids = {(r["task"], r["store"]): r["snapshot_id"] for r in created["snapshots"]}
+            assert ids[("1_1", "word-counts")] != snapshot_id
+            snapshot_id = ids[("1_1", "word-counts")]  # the newest: the restore's source
 
             # The tail: more records after the snapshot.
             for i in range(600, 600 + TAIL_LINES):

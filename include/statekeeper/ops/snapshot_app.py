@@ -1,15 +1,21 @@
-"""Snapshot every task of a stopped app from its local state (``statekeeper snapshot create``).
+"""Snapshot every task of an app (``statekeeper snapshot create``), running or stopped.
 
-Each task directory found under ``<state_dir>/<app>/`` is opened through the
-:class:`StateEnvironment` (which takes the task lock and replays any changelog tail, so the
-task sits at its last commit) and snapshotted store by store. A running app holds the task
-locks, so this waits for them and then fails naming the holder; in-app snapshots come from
-the after-commit hook instead.
+A running app (its status endpoint answers, found through its status file) is asked on
+``POST /snapshot``; every task snapshots itself at its next commit and uploads in the
+background, and :func:`snapshot_running_app` waits (bounded) until the status document says
+the request is uploaded or failed. A stopped app's task directories under
+``<state_dir>/<app>/`` are opened through the :class:`StateEnvironment` (which takes the task
+lock and replays any changelog tail, so the task sits at its last commit) and snapshotted
+store by store (:func:`snapshot_app`).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +78,79 @@ def snapshot_app(
     finally:
         env.close()
     return results
+
+
+def running_app_status_url(settings: StatekeeperSettings) -> str | None:
+    """The status URL of the app if it runs now (its status file names an endpoint that
+    answers), else None."""
+    status_file = settings.status_file or (
+        Path(settings.state_dir) / settings.application_id / "status.json"
+    )
+    try:
+        doc = json.loads(Path(status_file).read_text())
+    except (OSError, ValueError):
+        return None
+    url = doc.get("status_url")
+    if not url or doc.get("state") in ("NOT_RUNNING", "ERROR"):
+        return None
+    try:
+        _get(url, timeout_s=2.0)
+    except OSError:  # a stale status file of an app that is gone
+        return None
+    return str(url)
+
+
+def snapshot_running_app(
+    status_url: str, timeout_s: float = 300.0, poll_s: float = 0.5
+) -> dict[str, Any]:
+    """Ask the running app at ``status_url`` for a snapshot and wait until it is uploaded or
+    failed; returns the request (``state``, ``batch_id``, ``tasks``, ``errors``) with
+    ``snapshots``: one row per task and store (snapshot id, pause, bytes). Raises
+    :class:`SnapshotError` when the app refuses or ``timeout_s`` passes first."""
+    base = status_url.rsplit("/", 1)[0]
+    post = urllib.request.Request(f"{base}/snapshot", data=b"{}", method="POST")
+    post.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(post, timeout=10) as resp:
+            request_id = json.load(resp)["request_id"]
+    except urllib.error.HTTPError as exc:
+        raise SnapshotError(
+            f"the app at {status_url} refused the snapshot: {exc.read().decode(errors='replace')}"
+        ) from exc
+    except (OSError, ValueError, KeyError) as exc:
+        raise SnapshotError(f"cannot ask the app at {status_url} for a snapshot: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+    while True:
+        doc = _get(status_url, timeout_s=10.0)
+        request = (doc.get("snapshot_requests") or {}).get(request_id)
+        if request is not None and request.get("state") in ("uploaded", "failed"):
+            break
+        if time.monotonic() > deadline:
+            state = request.get("state") if request else "unknown"
+            raise SnapshotError(
+                f"snapshot {request_id} of the app at {status_url} is still {state} after "
+                f"{timeout_s:.0f}s (see snapshot_requests in its status)"
+            )
+        time.sleep(poll_s)
+    rows = []
+    for tid in sorted(request.get("tasks", {})):
+        snap = (doc.get("tasks", {}).get(tid) or {}).get("snapshot") or {}
+        for store, snapshot_id in sorted((snap.get("snapshot_ids") or {}).items()):
+            rows.append(
+                {
+                    "task": tid,
+                    "store": store,
+                    "snapshot_id": snapshot_id,
+                    "batch_id": snap.get("batch_id"),
+                    "state": request["tasks"][tid],
+                    "pause_ms": snap.get("pause_ms"),
+                    "bytes_uploaded": snap.get("bytes_uploaded"),  # None until reported
+                    "upload_seconds": snap.get("upload_seconds"),
+                }
+            )
+    return {**request, "snapshots": rows}
+
+
+def _get(url: str, timeout_s: float) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        return dict(json.load(resp))

@@ -1,0 +1,114 @@
+"""kill -9 of a process in the middle of a snapshot upload: the snapshot is never listed as
+complete (its manifest is written last), and what it left behind — shared files nothing
+references, ``staging/`` uploads, the local staging copy — is cleaned up afterwards
+(``prune`` in the storage, the next worker of the state directory locally). file:// and S3
+(moto server on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from statekeeper.settings import load_settings
+from statekeeper.snapshots import SnapshotStorage, list_snapshots, prune
+from statekeeper.worker.task_snapshots import STAGING_FOLDER, TaskSnapshots
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _upload_and_kill(broker, tmp_path: Path, app: str, url: str, options: dict) -> int:
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.snapshot_upload_child",
+            "--bootstrap",
+            broker.bootstrap_servers,
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--app",
+            app,
+            "--url",
+            url,
+            "--options",
+            json.dumps(options),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        lines = []
+        while time.monotonic() < deadline:
+            line = child.stdout.readline()  # type: ignore[union-attr]
+            if not line:
+                break
+            lines.append(line.strip())
+            if line.strip() == "UPLOADING":
+                break
+        assert "UPLOADING" in lines, f"the child never reached its upload: {lines}"
+        staged = json.loads(lines[0])
+        assert [e["event"] for e in staged] == ["staged"]
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_snapshot_killed_mid_upload_is_never_listed_and_is_cleaned_up(
+    broker, tmp_path, topic_name, kind, request
+):
+    if kind == "s3":
+        moto_s3 = request.getfixturevalue("moto_s3")
+        bucket = f"kill9-{topic_name[-8:]}".lower()
+        moto_s3.make_bucket(bucket)
+        url, options = f"s3://{bucket}/snaps", moto_s3.options
+    else:
+        url, options = (tmp_path / "snaps").as_uri(), {}
+    pid = _upload_and_kill(broker, tmp_path, topic_name, url, options)
+
+    storage = SnapshotStorage(url, topic_name, **options)
+    assert list_snapshots(storage) == []  # no manifest: not a snapshot
+    orphans = storage.shared_files()
+    assert len(orphans) >= 1  # the file that got through before the kill
+    leftovers = storage.leftovers()
+    if storage.local:  # the stuck file, written to staging/ but never moved into shared/
+        assert leftovers
+    local_staging = [p for p in (tmp_path / "state" / STAGING_FOLDER).iterdir()]
+    assert [p.name.split("-")[0] for p in local_staging] == [str(pid)]
+
+    # Within the grace period prune leaves them: they may belong to an upload in flight.
+    report = prune(storage, keep=1)
+    assert report.deleted_shared == [] and report.deleted_leftovers == []
+    assert storage.shared_files() == orphans
+
+    report = prune(storage, keep=1, grace=timedelta(0))
+    assert sorted(report.deleted_shared) == sorted(orphans)
+    assert sorted(report.deleted_leftovers) == sorted(leftovers)
+    assert storage.shared_files() == {} and storage.leftovers() == {}
+
+    # The next worker process of this state directory removes the dead one's local copy.
+    settings = load_settings(
+        bootstrap_servers=broker.bootstrap_servers,
+        state_dir=tmp_path / "state",
+        application_id=topic_name,
+        snapshot_url=url,
+    )
+    snapshots = TaskSnapshots(settings)
+    try:
+        assert not any(p.exists() for p in local_staging)
+    finally:
+        snapshots.close()
