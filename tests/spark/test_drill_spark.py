@@ -18,7 +18,8 @@ from statekeeper.kafka.adapter import consumer_config, producer_config
 from statekeeper.kafka.model import OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_end_offsets
 from statekeeper.kafka.range_reader import read_ranges
-from statekeeper.ops.drill import run_drill
+from statekeeper.ops.drill.sandbox import restore_sandbox
+from statekeeper.ops.drill.spark_check import check_with_spark
 from statekeeper.processing.output_producer import OutputProducer
 from statekeeper.processing.stream_task import StreamTask
 from statekeeper.settings import load_settings
@@ -105,13 +106,76 @@ def test_drill_spark_matches_word_count_and_names_a_wrong_key(
         return counts
 
     wrong = dataclasses.replace(model, expected=off_by_one)
-    failed = run_drill(
-        settings,
-        topology,
-        None,
-        report_dir=tmp_path / "r2",
-        from_snapshot="none",
-        spark_models=[wrong],
+    restored = restore_sandbox(settings, topology, None, tmp_path / "sandbox", from_snapshot="none")
+    results = check_with_spark(settings, topology, restored.tasks, [wrong])
+    failed = [r for r in results.values() if r.failed]
+    assert len(failed) == 1 and failed[0].examples == ["alpha"]
+    assert failed[0].counts == {"differ": 1, "missing": 0, "unexpected": 0}
+
+
+def test_drill_spark_matches_patient_monitoring(admin, broker, spark, tmp_path, capsys):
+    from spark_apps.patient_monitoring import generator
+    from spark_apps.patient_monitoring.topology import build_topology as patient_topology
+    from statekeeper.generate.records import place_records
+    from statekeeper.kafka.admin import ensure_topic
+
+    app_id = f"pm-drill-{uuid.uuid4().hex[:8]}"
+    events = f"{app_id}-events"
+    params = {
+        "input_topic": events,
+        "heart_rate_topic": f"{app_id}-hr",
+        "alerts_topic": f"{app_id}-alerts",
+    }
+    ensure_topic(admin, events, 1)
+    topology = patient_topology(**params)
+    prepare_topics(admin, topology, app_id, TIMEOUT)
+    generated = generator.patient_events(patients=8, minutes=6, seed=3, malformed_share=0.02)
+    placed = place_records(generated, events, 1)
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    for p, records in placed.items():
+        for r in records:
+            producer.produce(events, r.value, r.key, partition=p, timestamp=r.timestamp_ms)
+    assert producer.flush(TIMEOUT) == 0
+    settings = load_settings(
+        bootstrap_servers=broker.bootstrap_servers,
+        state_dir=tmp_path / "state",
+        application_id=app_id,
     )
-    assert not failed.passed and failed.check_status("spark") == "fail"
-    assert any("spark" in line and "alpha" in line for line in failed.failures())
+    conf = consumer_config(broker.bootstrap_servers)
+    env = StateEnvironment(settings)
+    outputs = OutputProducer(broker.bootstrap_servers)
+    try:
+        for p, records in placed.items():
+            cuts = [0, len(records) // 3, 2 * len(records) // 3, len(records)]
+            with env.task(f"0_{p}", p, topology.store_specs(0)) as task:
+                for batch, (start, end) in enumerate(zip(cuts, cuts[1:], strict=False)):
+                    got = read_ranges(conf, [OffsetRange(events, p, start, end)], TIMEOUT)
+                    StreamTask(topology, 0, p, task, outputs, app_id).process_batch(
+                        batch, 10**6 + batch, got
+                    )
+                    outputs.flush(TIMEOUT)
+                    task.commit(batch, {tp_key(events, p): end})
+    finally:
+        outputs.close()
+        env.close()
+    spec = tmp_path / "pm.yaml"
+    spec.write_text(
+        f"application_id: {app_id}\n"
+        "topology: spark_apps.patient_monitoring.topology:build_topology\n"
+        f"params: {json.dumps(params)}\n"
+        f"settings: {{bootstrap_servers: '{broker.bootstrap_servers}', "
+        f"state_dir: '{tmp_path / 'state'}'}}\n"
+    )
+    argv = ["drill", "--app", str(spec), "--from-snapshot", "none", "--spark", "--json"]
+    assert main(argv) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["passed"], record["failures"]
+    checked = {
+        (s["task"], s["store"]): s["checks"]["spark"]
+        for s in record["stores"]
+        if "spark" in s["checks"]
+    }
+    assert set(checked) == {("0_0", "pulse-counts"), ("0_0", "heart-rate")}
+    assert all(c["status"] == "pass" for c in checked.values()), checked
+    pulses = [s for s in record["stores"] if s["store"] == "pulse-counts"]
+    assert sum(s["key_count"] for s in pulses) > 0

@@ -166,6 +166,20 @@ def _session(settings: StatekeeperSettings) -> tuple[Any, bool]:
     return spark, True
 
 
+def _bounded_records(
+    settings: StatekeeperSettings, topology: Any, task: RestoredTask, inputs: tuple[str, ...]
+) -> tuple[InputBounds, list[KafkaRecord]]:
+    """The task's bounds in ``inputs`` and the input records below them (from log start)."""
+    bounds = input_bounds(settings, topology, task, inputs)
+    if not bounds.ends:
+        return bounds, []
+    conf = consumer_config(settings.bootstrap_servers)
+    starts = log_start_offsets(conf, list(bounds.ends), settings.broker_timeout_s)
+    ranges = [OffsetRange(t, p, starts[(t, p)], end) for (t, p), end in bounds.ends.items()]
+    runs = read_ranges(conf, ranges, settings.broker_timeout_s)
+    return bounds, [r for run in runs.values() for r in run]
+
+
 def check_with_spark(
     settings: StatekeeperSettings,
     topology: Any,
@@ -177,28 +191,21 @@ def check_with_spark(
     if not models:
         return results
     spark, made_here = _session(settings)
-    conf = consumer_config(settings.bootstrap_servers)
     try:
         for task in tasks:
+            read: dict[tuple[str, ...], tuple[InputBounds, list[KafkaRecord]]] = {}
             for model in models:
                 store = task.stores.get(model.store)
                 if store is None:
                     continue
-                bounds = input_bounds(settings, topology, task, model.inputs)
+                if model.inputs not in read:  # models of the same inputs share one read
+                    read[model.inputs] = _bounded_records(settings, topology, task, model.inputs)
+                bounds, records = read[model.inputs]
                 if not bounds.ends:
                     results[(task.task_id, model.store)] = CheckResult(
                         SKIPPED, f"the restored state read none of {list(model.inputs)}"
                     )
                     continue
-                starts = log_start_offsets(conf, list(bounds.ends), settings.broker_timeout_s)
-                ranges = [
-                    OffsetRange(t, p, starts[(t, p)], end) for (t, p), end in bounds.ends.items()
-                ]
-                records = [
-                    r
-                    for run in read_ranges(conf, ranges, settings.broker_timeout_s).values()
-                    for r in run
-                ]
                 window = store.spec.kind == "window"
 
                 def compared(raw: bytes, b: InputBounds = bounds, w: bool = window) -> bool:
