@@ -13,7 +13,7 @@ not touch exactly-once; a staging or upload failure is reported, never raised.
 Restoring (invariant 4): :meth:`installer` gives the task open path a
 :data:`~statekeeper.state.task_state_manager.StoreInstaller` that puts the newest verified
 snapshot of a missing store in place, when restores from snapshots are on
-(:func:`restore_storage`).
+(:func:`restores_from_snapshots`).
 """
 
 from __future__ import annotations
@@ -49,20 +49,19 @@ def snapshot_storage(settings: StatekeeperSettings) -> Any:
     )
 
 
-def restore_storage(settings: StatekeeperSettings) -> Any | None:
-    """The storage a missing store is restored from, or None (full changelog replay):
+def restores_from_snapshots(settings: StatekeeperSettings) -> bool:
+    """Whether a missing store is restored from a snapshot (else the whole changelog):
     ``restore_from_snapshots`` true, or unset with ``snapshot_url`` set or the default
     snapshot folder holding this app's snapshots."""
     from statekeeper.snapshots.storage import snapshot_url_for
 
     enabled = settings.restore_from_snapshots
-    if enabled is False:
-        return None
-    if enabled is None and not settings.snapshot_url:
-        default = snapshot_url_for(settings).removeprefix("file://")
-        if not (Path(default) / settings.application_id / "manifests").is_dir():
-            return None
-    return snapshot_storage(settings)
+    if enabled is not None:
+        return enabled
+    if settings.snapshot_url:
+        return True
+    default = Path(snapshot_url_for(settings).removeprefix("file://"))
+    return (default / settings.application_id / "manifests").is_dir()
 
 
 class TaskSnapshots:
@@ -178,13 +177,12 @@ class TaskSnapshots:
 
     def installer(self, task_id: str, partition: int) -> Any | None:
         """The store installer for opening ``task_id``, or None when restores from
-        snapshots are off (see :func:`restore_storage`)."""
+        snapshots are off (see :func:`restores_from_snapshots`)."""
         from statekeeper.snapshots.install import installer_for
 
-        storage = restore_storage(self.settings)
-        if storage is None:
+        if not restores_from_snapshots(self.settings):
             return None
-        install = installer_for(self.settings, storage, task_id, partition)
+        install = installer_for(self.settings, self.storage(), task_id, partition)
 
         def install_and_tell(spec: Any, path: Path) -> Any:
             report = install(spec, path)
