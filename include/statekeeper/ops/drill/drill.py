@@ -79,13 +79,22 @@ def run_drill(
         )
         record.rto_s = restore.rto_s
         say(f"restored {len(restore.tasks)} task(s) in {restore.rto_s:.3f} s (RTO)")
+        phases = record.phase_s
+        phases["restore"] = restore.rto_s
+        t0 = time.perf_counter()
         behind, record.source_records_behind = measure_rpo(settings, topology, restore.tasks)
+        phases["rpo"] = time.perf_counter() - t0
         drills: dict[tuple[str, str], StoreDrill] = {}
         for task in restore.tasks:
             say(f"checking task {task.task_id}")
+            t0 = time.perf_counter()
             mode, consistency = check_consistency(settings, task)
             record.live_mode[task.task_id] = mode
+            t1 = time.perf_counter()
             truth = check_truth(settings, topology, task, sandbox / "recompute")
+            t2 = time.perf_counter()
+            phases["consistency"] = phases.get("consistency", 0.0) + t1 - t0
+            phases["truth"] = phases.get("truth", 0.0) + t2 - t1
             for name, store in task.stores.items():
                 drill = StoreDrill(
                     task=task.task_id,
@@ -104,22 +113,28 @@ def run_drill(
                     ),
                     changelog_records_behind=behind.get((task.task_id, name)),
                 )
+                t0 = time.perf_counter()
                 drill.checks["integrity"] = check_integrity(task, store, storage)
+                phases["integrity"] = phases.get("integrity", 0.0) + time.perf_counter() - t0
                 drill.checks["consistency"] = consistency[name]
                 drill.checks["truth"] = truth[name]
                 drills[(task.task_id, name)] = drill
         if spark_models:
             say("recomputing with PySpark SQL")
+            t0 = time.perf_counter()
             spark = check_with_spark(settings, topology, restore.tasks, spark_models)
+            phases["spark"] = time.perf_counter() - t0
             for key, result in spark.items():
                 drills[key].checks["spark"] = result
             covered = {m.store for m in spark_models}
             record.notes.append(f"spark check on store(s) {sorted(covered)}")
         say("validating with Great Expectations")
+        t0 = time.perf_counter()
         quality = run_quality(
             [(t.task_id, s) for t in restore.tasks for s in t.stores.values()],
             report_dir / "data_docs",
         )
+        phases["quality"] = time.perf_counter() - t0
         for key, result in quality.results.items():
             drills[key].checks["quality"] = result
             drills[key].data_docs = quality.pages.get(key)

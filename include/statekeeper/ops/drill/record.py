@@ -80,6 +80,8 @@ class DrillRecord:
     records_replayed: int = 0
     bytes_downloaded: int = 0
     live_mode: dict[str, str] = field(default_factory=dict)  # task -> how consistency ran
+    #: Seconds per phase (restore, rpo, integrity, consistency, truth, spark, quality).
+    phase_s: dict[str, float] = field(default_factory=dict)
     stores: list[StoreDrill] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 

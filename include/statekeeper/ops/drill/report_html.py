@@ -105,8 +105,11 @@ def render_report(record: DrillRecord, history: list[HistoryRow]) -> str:
         f"<tr><td>{record.rto_s:.3f} s</td><td>{record.wall_s:.2f} s</td><td>{age}</td>"
         f"<td>{record.changelog_records_behind}</td><td>{record.source_records_behind}</td>"
         f"<td>{record.records_replayed}</td><td>{record.bytes_downloaded}</td></tr></table>",
-        "<h2>Checks</h2><table><tr><th>Check</th><th>Result</th></tr>",
     ]
+    if record.phase_s:
+        phases = ", ".join(f"{escape(k)} {v:.2f} s" for k, v in record.phase_s.items())
+        out.append(f"<p><small>Time per phase: {phases}</small></p>")
+    out.append("<h2>Checks</h2><table><tr><th>Check</th><th>Result</th></tr>")
     out += [f"<tr><td>{c}</td><td>{_status(record.check_status(c))}</td></tr>" for c in CHECKS]
     out.append("</table>")
     failures = record.failures() if not record.passed else []
