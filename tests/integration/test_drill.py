@@ -179,6 +179,16 @@ def test_healthy_drill_passes_and_writes_everything(admin, broker, tmp_path, cap
     assert not any(report.glob(".sandbox-*"))  # the sandbox is removed
     assert _untouched(app) == before
 
+    # A named snapshot for its store (the others take their newest), and a second history row.
+    named = stores[("0_1", "windows")]["snapshot_id"]
+    code, again = _drill(
+        capsys, "--app", str(app.spec), "--from-snapshot", named, "--report-dir", str(report / "2")
+    )
+    assert code == 0 and again["passed"], again["failures"]
+    assert {s["snapshot_id"] for s in again["stores"] if s["task"] == "0_1"} >= {named}
+    assert len(DrillHistory(history_path(app.state_dir)).rows(app.app_id)) == 2
+    assert (report / "2" / "report.html").read_text().count("<circle") == 2
+
     # Bad input exits 2 with the bad thing named.
     assert main(["drill", "--app", str(app.spec), "--from-snapshot", "no-such-id"]) == 2
     assert "no snapshot 'no-such-id'" in capsys.readouterr().err
