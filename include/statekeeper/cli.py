@@ -845,10 +845,14 @@ def _spark_drill_models(spec: Any) -> list[Any]:
 
 def _cmd_drill(args: argparse.Namespace) -> int:
     from statekeeper.ops.drill import run_drill
+    from statekeeper.snapshots import SnapshotError
     from statekeeper.snapshots.install import NONE
 
     settings, spec = _snapshot_target(args, need_spec="drill")
-    storage = None if args.from_snapshot == NONE else _snapshot_storage(settings)
+    try:
+        storage = None if args.from_snapshot == NONE else _snapshot_storage(settings)
+    except SnapshotError as exc:
+        raise SnapshotError(f"{exc}; drill by full changelog replay: --from-snapshot none") from exc
 
     def say(line: str) -> None:
         print(f"drill: {line}", file=sys.stderr, flush=True)
