@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import moto_s3  # noqa: F401 (the fixture, for S3 snapshots)
+
 INCLUDE = str(Path(__file__).resolve().parents[2] / "include")
 
 

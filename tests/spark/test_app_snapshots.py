@@ -10,9 +10,11 @@ import shutil
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from spark_apps.app_process import spark_app_spec
@@ -59,8 +61,44 @@ def _caught_up(app: StatekeeperApp, ends_reader: LogEndReader) -> bool:
     return all(committed.get(f"{t}:{p}", -1) >= end for (t, p), end in ends.items())
 
 
+@pytest.fixture(params=["file", "s3"])
+def snapshot_target(
+    request: Any, spark: Any, tmp_path: Path, monkeypatch: Any
+) -> Iterator[dict[str, Any]]:
+    """Settings naming the snapshot storage (file:// next to the state dir, or a bucket on a
+    moto S3 server) and the options to open it in the test. S3 credentials come from the
+    environment: the test's, and the Spark Python workers' through the context's executor
+    environment (they start with it, not with this process's)."""
+    if request.param == "file":
+        yield {"settings": {}, "url": (tmp_path / "snapshots").as_uri(), "options": {}}
+        return
+    moto = request.getfixturevalue("moto_s3")
+    bucket = f"snaps-{tmp_path.name[-20:]}".lower().replace("_", "-")
+    moto.make_bucket(bucket)
+    creds = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for key, value in creds.items():
+        monkeypatch.setenv(key, value)
+    environment = spark.sparkContext.environment
+    saved = dict(environment)
+    environment.update(creds)
+    url = f"s3://{bucket}/apps"
+    try:
+        yield {
+            "settings": {"snapshot_url": url, "snapshot_s3_endpoint": moto.endpoint_url},
+            "url": url,
+            "options": {"s3_endpoint": moto.endpoint_url},
+        }
+    finally:
+        environment.clear()
+        environment.update(saved)
+
+
 def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_tail(
-    spark: Any, tmp_path: Path, capsys: Any
+    spark: Any, tmp_path: Path, capsys: Any, snapshot_target: dict[str, Any]
 ) -> None:
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
@@ -81,6 +119,7 @@ def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_t
             trigger_interval_ms=50,
             starting_offsets="earliest",
             status_port=0,
+            **snapshot_target["settings"],
         )
         topology = load_app_spec(spark_app_spec("word_count")).build_topology()
         app = StatekeeperApp(topology, settings)
@@ -119,7 +158,8 @@ def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_t
             spec.write_text(
                 f"application_id: snap-app\ntopology: {topology_file}:build_topology\n"
                 f"settings: {{bootstrap_servers: '{bootstrap}', "
-                f"state_dir: '{settings.state_dir}'}}\n"
+                f"state_dir: '{settings.state_dir}', "
+                f"snapshot_url: '{snapshot_target['url']}'}}\n"
             )
             capsys.readouterr()
             assert cli.main(["snapshot", "create", "--app", str(spec), "--json"]) == 0
@@ -141,7 +181,9 @@ def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_t
             runner.join(120)
         assert app.state.value == "NOT_RUNNING"
 
-        storage = SnapshotStorage((tmp_path / "snapshots").as_uri(), "snap-app", create=False)
+        storage = SnapshotStorage(
+            snapshot_target["url"], "snap-app", create=False, **snapshot_target["options"]
+        )
         [manifest] = [
             m for m in list_snapshots(storage, "1_1", "word-counts") if m.snapshot_id == snapshot_id
         ]
