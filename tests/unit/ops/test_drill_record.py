@@ -10,10 +10,11 @@ import pytest
 
 from statekeeper.ops.drill.contents import diff_contents, show_key
 from statekeeper.ops.drill.history import DrillHistory, HistoryRow
+from statekeeper.ops.drill.integrity import check_integrity
 from statekeeper.ops.drill.quality import store_rows
 from statekeeper.ops.drill.record import CheckResult, DrillRecord, StoreDrill
 from statekeeper.ops.drill.report_html import render_report, rto_trend_svg
-from statekeeper.ops.drill.sandbox import RestoredStore
+from statekeeper.ops.drill.sandbox import RestoredStore, RestoredTask
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.builders import Stores
 from statekeeper.stores.window_bytes import changelog_window_key
@@ -117,3 +118,25 @@ def test_rows_flag_what_does_not_decode():
     assert rows[1]["key"] is None and rows[1]["key_decodes"] is False
     assert rows[1]["value_decodes"] is False
     assert show_key(spec, good) == "user@20"
+
+
+def _restored_task(*stores: RestoredStore) -> RestoredTask:
+    return RestoredTask(
+        "0_3", 0, 3, [s.spec for s in stores], {s.spec.name: s for s in stores}, 4, {}, 0.1
+    )
+
+
+def test_integrity_without_storage_checks_markers_and_batches():
+    spec = Stores.persistent("totals")
+    never = RestoredStore(spec=spec, contents={}, metadata=StoreMetadata(), source="full replay")
+    assert check_integrity(_restored_task(never), never, None).status == "skipped"
+
+    at4 = RestoredStore(spec, {}, StoreMetadata(10, 4, {}), "full replay")
+    assert check_integrity(_restored_task(at4), at4, None).status == "pass"
+    other = RestoredStore(Stores.persistent("other"), {}, StoreMetadata(7, 3, {}), "full replay")
+    split = check_integrity(_restored_task(at4, other), at4, None)
+    assert split.status == "fail" and "different batches" in split.detail
+    skipped = RestoredStore(spec, {}, StoreMetadata(10, 4, {}), "full replay")
+    skipped.fallbacks = [{"snapshot_id": "s1", "reason": "file x failed verification"}]
+    bad = check_integrity(_restored_task(skipped), skipped, None)
+    assert bad.status == "fail" and "snapshot s1 was skipped: file x" in bad.detail
