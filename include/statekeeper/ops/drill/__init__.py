@@ -9,7 +9,9 @@ b. consistency (:mod:`.consistency`): key by key against the live store at the s
    (app stopped), or against the snapshot plus changelog (app running);
 c. truth (:mod:`.recompute`): the app's own topology re-run in batch over the source
    ranges up to the restored marker's source offsets, diffed with the restored state;
-d. data quality (:mod:`.quality`): a Great Expectations suite per store, with Data Docs.
+d. data quality (:mod:`.quality`): a Great Expectations suite per store, with Data Docs;
+and with ``--spark`` (:mod:`.spark_check`) the shipped apps' PySpark SQL recomputations
+(``spark_apps/<app>/drill_model.py``) on the stores they map onto.
 
 It writes ``record.json``, ``report.html`` (:mod:`.report_html`, with the RTO trend) and
 ``data_docs/`` to the report directory (default ``<state_dir>/.drills/<app>/<drill id>``),
