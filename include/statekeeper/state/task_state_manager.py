@@ -188,6 +188,10 @@ class TaskStateManager:
             default=None,
         )
         lead = leader.last_marker if leader else None
+        if lead is not None and lead.batch_id < 0:
+            # Batch -1 is what a revert marks when the task never committed: no batch to roll
+            # forward to, so another store's marker-less tail is uncommitted and reverted too.
+            lead = None
         # Per store to finish: records to apply locally, records to log to its changelog.
         Records = list[tuple[bytes, bytes | None]]
         to_mark: list[tuple[RestoreOutcome, Records, Records]] = []
