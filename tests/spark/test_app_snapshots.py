@@ -199,17 +199,17 @@ def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_t
         for i in range(700, 720):  # new input, so the tasks open (a restart opens on input)
             producer.produce("lines", f"w{i % TAIL_WORDS}".encode(), b"%d" % i, i % 2)
         assert producer.flush(15) == 0
-        restarted = StatekeeperApp(topology, settings)
+        # The restart also snapshots on a schedule (every second while batches run).
+        restarted = StatekeeperApp(topology, settings.model_copy(update={"snapshot_interval_s": 1}))
         restarted.run(stop_when_idle=True, idle_s=1.0)
+        scheduled = restarted.board.snapshot()["snapshot_requests"]
+        assert scheduled and all(r["source"] == "schedule" for r in scheduled.values())
+        assert all(r["state"] == "uploaded" for r in scheduled.values()), scheduled
         tasks = restarted.board.snapshot()["tasks"]
         lost = {r["store"]: r for r in tasks["1_1"]["restore"]}["word-counts"]
         kept = {r["store"]: r for r in tasks["1_0"]["restore"]}["word-counts"]
         assert lost["source"] == "snapshot" and lost["snapshot_id"] == snapshot_id
         assert not lost["full"] and 0 < lost["records"] <= TAIL_LINES
         assert kept["source"] == "local state"
-        progress = json.loads(
-            (settings.state_dir / "snap-app" / "1_1" / ".restore-progress.json").read_text()
-        )
-        assert progress["stores"]["word-counts"]["source"] == "snapshot"
         expected = recompute(read_topic(bootstrap, "lines"))
         assert read_store(settings, topology, "word-counts", 2) == expected.counts

@@ -62,6 +62,7 @@ class SnapshotRequests:
         self._requests: dict[str, dict[str, Any]] = {}  # insertion order = age
         self._tasks: dict[str, dict[str, Any]] = {}  # task id -> its last snapshot
         self._last_scheduled = time.monotonic()
+        self._last_taken: float | None = None  # monotonic time the last request was taken
 
     # -- asking ------------------------------------------------------------------------------
 
@@ -90,14 +91,17 @@ class SnapshotRequests:
             log.info("snapshot %s requested (%s)", request_id, source)
             return _public(entry)
 
-    def schedule(self, now: float | None = None) -> None:
-        """Ask for a scheduled snapshot when the interval passed and none is under way."""
+    def schedule(self, last_batch_end: float, now: float | None = None) -> None:
+        """Ask for a scheduled snapshot when the interval passed, none is under way and a
+        batch ran (``last_batch_end``, monotonic) since the last snapshot was taken: an idle
+        app's state has not changed, so it is not snapshotted again."""
         if self.interval_s <= 0:
             return
         now = time.monotonic() if now is None else now
         with self._lock:
             busy = any(e["state"] not in FINAL for e in self._requests.values())
-            if busy or now - self._last_scheduled < self.interval_s:
+            unchanged = self._last_taken is not None and last_batch_end <= self._last_taken
+            if busy or unchanged or now - self._last_scheduled < self.interval_s:
                 return
             self._last_scheduled = now
         self.request("schedule")
@@ -131,6 +135,7 @@ class SnapshotRequests:
             if entry is None:
                 return None
             entry.update(state="running", batch_id=batch_id, taken_at=time.time())
+            self._last_taken = time.monotonic()
             entry["tasks"] = {tid: "requested" for tid in sorted(tasks)}
             self._settle(entry)
             return str(entry["request_id"])

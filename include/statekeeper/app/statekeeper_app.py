@@ -318,7 +318,7 @@ class StatekeeperApp:
                 self.snapshots.confirm_uploads()
                 self._publish_snapshots()
                 self.board.write_file()
-            self.snapshots.schedule()
+            self.snapshots.schedule(self._last_batch_end)
             if self.snapshots.pending:
                 self._snapshot_idle_tasks()
             if stop_when_idle and not self.snapshots.pending and self._idle(idle_s):

@@ -67,20 +67,25 @@ def test_a_failed_upload_fails_the_request_and_names_the_error():
 
 def test_schedule_asks_when_the_interval_passed_and_nothing_is_under_way():
     off = SnapshotRequests(0)
-    off.schedule(now=1e9)
+    off.schedule(last_batch_end=1e9, now=1e9)
     assert not off.pending
     scheduled = SnapshotRequests(10)
     start = scheduled._last_scheduled
-    scheduled.schedule(now=start + 5)
+    scheduled.schedule(last_batch_end=start, now=start + 5)
     assert not scheduled.pending
-    scheduled.schedule(now=start + 11)
+    scheduled.schedule(last_batch_end=start, now=start + 11)
     assert scheduled.pending
     rid = scheduled.take(1, ["0_0"])
-    scheduled.schedule(now=start + 30)  # one is still running: no second one
+    scheduled.schedule(last_batch_end=start + 100, now=start + 30)  # one is still running
     assert not scheduled.pending
     scheduled.note_events([{"event": "skipped", "request_id": rid, "task": "0_0"}])
-    scheduled.schedule(now=start + 30)
-    assert scheduled.pending and scheduled.status()[rid]["source"] == "schedule"
+    assert scheduled.status()[rid]["source"] == "schedule"
+    # No batch ran since that snapshot was taken: the state is unchanged, no new one.
+    taken = scheduled._last_taken
+    scheduled.schedule(last_batch_end=taken - 1, now=taken + 100)
+    assert not scheduled.pending
+    scheduled.schedule(last_batch_end=taken + 1, now=taken + 100)
+    assert scheduled.pending
 
 
 def test_uploads_are_confirmed_from_the_manifests_in_the_storage(tmp_path: Path):
