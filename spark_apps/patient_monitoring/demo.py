@@ -1,8 +1,10 @@
 """``make demo``: patient_monitoring on Spark, end to end on embedded defaults.
 
 Generate patient events → run the app → ``kill -9`` it mid-stream → delete one task's state
-directory → restart → print the restores (partial vs full), the alerts, and a check of every
-store and output against a Spark batch recomputation from the input topic.
+directory → restart → print the restores (partial vs full) and the alerts. Then recovering
+state: a snapshot of the running app (``POST /snapshot``), more events (the tail), a lost task
+directory restored from snapshot + tail, and a restore drill (RTO, RPO, report). Last, a check
+of every store and output against a Spark batch recomputation from the input topic.
 
     python -m spark_apps.patient_monitoring.demo [--patients 40 --minutes 30 --seed 7]
 """
@@ -27,6 +29,8 @@ from statekeeper.kafka.embedded import EmbeddedBroker
 console = Console(width=max(Console().width, 110))
 PARTITIONS = 4
 DROPPED_TASK = "0_1"
+#: The generator's default start; the tail's events follow the first events in time.
+TAIL_START_MS = 1_700_000_000_000
 
 
 def _restore_table(status: dict[str, Any]) -> Table:
@@ -45,6 +49,115 @@ def _restore_table(status: dict[str, Any]) -> Table:
                 r["reason"] or "",
             )
     return table
+
+
+def _snapshot_table(request: dict[str, Any]) -> Table:
+    table = Table(title=f"snapshot of the running app (request {request.get('request_id', '?')})")
+    for col in ("task", "batch", "stores", "pause ms", "bytes uploaded", "upload s"):
+        table.add_column(col)
+    tasks: dict[str, list[dict[str, Any]]] = {}
+    for row in request.get("snapshots") or []:
+        tasks.setdefault(row["task"], []).append(row)
+
+    def shown(value: Any, fmt: str) -> str:
+        return "…" if value is None else format(value, fmt)
+
+    for task_id, rows in sorted(tasks.items()):
+        first = rows[0]  # pause, bytes and seconds are per task
+        table.add_row(
+            task_id,
+            str(first.get("batch_id")),
+            str(len(rows)),
+            shown(first.get("pause_ms"), ".1f"),
+            shown(first.get("bytes_uploaded"), ","),
+            shown(first.get("upload_seconds"), ".2f"),
+        )
+    return table
+
+
+def _recovered_table(reports: list[Any]) -> Table:
+    table = Table(title=f"task {DROPPED_TASK} restored from snapshot + changelog tail")
+    for col in ("store", "source", "records replayed", "bytes downloaded", "seconds"):
+        table.add_column(col)
+    for r in reports:
+        table.add_row(
+            r.store,
+            f"snapshot {r.snapshot_id}" if r.snapshot_id else r.source,
+            f"{r.records_replayed:,}",
+            f"{r.bytes_downloaded:,}",
+            f"{r.seconds:.3f}",
+        )
+    return table
+
+
+def _caught_up(status: dict[str, Any]) -> bool:
+    live = status.get("task_live") or {}
+    return bool(live) and all(t.get("source_lag") == 0 for t in live.values())
+
+
+def _recover_state(
+    spec_path: Path,
+    overrides: dict[str, Any],
+    work: Path,
+    tail: Any,
+    problems: list[str],
+) -> None:
+    """Snapshot the running app, add the tail, lose a task directory, restore it from the
+    snapshot plus the tail, and drill the app; appends what went wrong to ``problems``."""
+    from statekeeper.generate.producer import produce
+    from statekeeper.ops.drill import run_drill
+    from statekeeper.ops.restore import restore_app
+    from statekeeper.ops.snapshot_app import running_app_status_url, snapshot_running_app
+    from statekeeper.snapshots import SnapshotStorage, snapshot_url_for
+
+    console.rule("recovering state: snapshot, restore from snapshot + tail, drill")
+    spec = load_app_spec(spec_path)
+    settings = spec.resolved_settings(**overrides)
+    third = AppProcess(spec_path, overrides, work / "run3.log", stop_when_idle=False)
+    third.start()
+    try:
+        third.wait_for(_caught_up, 300)
+        url = running_app_status_url(settings)
+        if url is None:
+            problems.append("the running app's status endpoint did not answer")
+            return
+        request = snapshot_running_app(url, timeout_s=300)
+        if request.get("state") != "uploaded":
+            problems.append(f"snapshot of the running app: {request.get('errors')}")
+            return
+        console.print(_snapshot_table(request))
+        behind = third.status() or {}
+        before = (behind.get("totals") or {}).get("records_processed", 0)
+        summary = produce(settings.bootstrap_servers, spec.params["input_topic"], tail)
+        console.print(f"produced {summary.records:,} more events after the snapshot (the tail)")
+        third.wait_for(
+            lambda s: (
+                (s.get("totals") or {}).get("records_processed", 0) > before and _caught_up(s)
+            ),
+            300,
+        )
+    finally:
+        third.terminate()
+        third.wait(120)
+    shutil.rmtree(work / "state" / spec.application_id / DROPPED_TASK, ignore_errors=True)
+    console.print(f"[yellow]app stopped; deleted the state directory of task {DROPPED_TASK}[/]")
+    storage = SnapshotStorage(snapshot_url_for(settings), spec.application_id, create=False)
+    topology = spec.build_topology()
+    reports = restore_app(settings, topology, storage, tasks=[DROPPED_TASK])
+    console.print(_recovered_table(reports))
+    if not any(r.source == "snapshot" for r in reports):
+        problems.append(f"task {DROPPED_TASK} did not come back from its snapshot")
+    record = run_drill(settings, topology, storage, say=lambda line: console.print(f"  {line}"))
+    age = record.snapshot_age_s
+    console.print(
+        f"drill {record.drill_id}: {'[green]passed[/]' if record.passed else '[red]failed[/]'} — "
+        f"RTO {record.rto_s:.2f} s, RPO: snapshot age "
+        f"{'n/a' if age is None else f'{age:.0f} s'}, {record.changelog_records_behind:,} "
+        f"changelog records after the restored markers, {record.records_replayed:,} replayed"
+    )
+    console.print(f"drill report: {record.report_html}")
+    if not record.passed:
+        problems += [f"drill: {line}" for line in record.failures()]
 
 
 def _spark_recompute(bootstrap: str, topic: str) -> Any:
@@ -150,13 +263,25 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
             f"{totals.get('records_dlq', 0):,} malformed records sent to the DLQ"
         )
 
+        problems: list[str] = []
+        dropped = (status.get("tasks") or {}).get(DROPPED_TASK, {}).get("restore") or []
+        if not dropped or not all(r["full"] for r in dropped):
+            problems.append(f"task {DROPPED_TASK} lost its state but no full restore was reported")
+
+        tail = patient_events(
+            patients=patients,
+            minutes=max(1.0, minutes / 6),
+            seed=seed + 1,
+            start_ms=TAIL_START_MS + int(minutes * 60_000),
+        )
+        _recover_state(spec_path, overrides, work, tail, problems)
+
         alerts = [json.loads(r.value) for r in read_deduped(bootstrap, spec.params["alerts_topic"])]
         console.print(f"[bold]alerts raised: {len(alerts):,}[/] (heart rate > 100 and > 100.4 °F)")
 
         console.rule("check against a Spark batch recomputation of the input topic")
         expected = _spark_recompute(bootstrap, topic)
         python_ref = reference.recompute(read_topic(bootstrap, topic))
-        problems: list[str] = []
         settings = spec.resolved_settings(**overrides)
         topology = spec.build_topology()
         windows = read_store(settings, topology, "pulse-counts", PARTITIONS)
@@ -174,16 +299,13 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
         _compare("DLQ (malformed inputs)", sorted(dlq), sorted(expected.dlq), problems)
         if python_ref.pulse_windows != expected.pulse_windows:
             problems.append("the Spark and pure-Python recomputations disagree")
-        dropped = (status.get("tasks") or {}).get(DROPPED_TASK, {}).get("restore") or []
-        if not dropped or not all(r["full"] for r in dropped):
-            problems.append(f"task {DROPPED_TASK} lost its state but no full restore was reported")
     for problem in problems:
         console.print(f"  [red]✗[/] {problem}")
     if problems:
         return 1
     console.print(
-        "[bold green]state after kill -9 and a lost task directory is exact: "
-        "nothing lost, nothing applied twice[/]"
+        "[bold green]state after kill -9, a lost task directory and a restore from "
+        "snapshot + tail is exact: nothing lost, nothing applied twice[/]"
     )
     return 0
 
