@@ -333,16 +333,30 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     changelogs.add_argument(
         "--fix",
         action="store_true",
-        help="set cleanup.policy and retention.ms where they are wrong, then audit again",
+        help="set cleanup.policy and retention.ms where they are wrong (and, where the broker "
+        "compacts, the cleaner's dirty ratio, segment.ms and min.compaction.lag.ms), then "
+        "audit again",
     )
     changelogs.add_argument(
         "--restore-rate",
         type=float,
-        help="records/s for the restore forecast (default: 550000, measured on the "
-        "embedded broker, docs/benchmarks.md)",
+        help="records/s for the restore forecast (default: the rate of the app's own "
+        "restores in its status file, else 550000, measured on the embedded broker)",
     )
     changelogs.add_argument(
         "--no-measure", action="store_true", help="check configs only; do not read the topics"
+    )
+    changelogs.add_argument(
+        "--spark",
+        action="store_true",
+        help="measure contents with a Spark batch read (statekeeper_kafka source, local[2] "
+        "unless a session is active) instead of the plain read",
+    )
+    changelogs.add_argument(
+        "--trim",
+        action="store_true",
+        help="delete changelog records below the oldest kept snapshot's marker (DeleteRecords; "
+        "refused on brokers without it, such as the embedded one)",
     )
 
 
@@ -355,20 +369,64 @@ def _spec_app(spec_file: str, **overrides: Any) -> tuple[Any, Any]:
 
 
 def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
-    from statekeeper.ops.audit.changelog_audit import DEFAULT_RESTORE_RATE, audit_changelogs
+    from statekeeper.ops.audit.changelog_audit import audit_changelogs
+    from statekeeper.ops.audit.forecast import choose_restore_rate
+    from statekeeper.snapshots.manifest import SnapshotError
 
     overrides = {"bootstrap_servers": args.bootstrap} if args.bootstrap else {}
     settings, spec = _spec_app(args.app, **overrides)
-    report = audit_changelogs(
-        spec.build_topology(),
-        settings.application_id,
-        settings.bootstrap_servers,
-        fix=args.fix,
-        measure=not args.no_measure,
-        restore_rate=args.restore_rate or DEFAULT_RESTORE_RATE,
-        timeout_s=settings.broker_timeout_s,
+    status_file = settings.status_file or (
+        Path(settings.state_dir) / settings.application_id / "status.json"
     )
-    lines = [f"{report.application_id}: {report.verdict}"]
+    try:
+        storage, snapshots_note = _snapshot_storage(settings), None
+    except SnapshotError as exc:  # no snapshots yet: forecast full replays, and say why
+        storage, snapshots_note = None, str(exc)
+    measurer, session = None, None
+    if args.spark and not args.no_measure:
+        from statekeeper.ops.audit.spark_contents import measure_changelog_spark, spark_session
+
+        spark, made_here = spark_session(settings.spark_master)
+        session = spark if made_here else None
+
+        def measurer(bootstrap: str, topic: str, partitions: int) -> Any:
+            return measure_changelog_spark(
+                spark, bootstrap, topic, timeout_s=settings.broker_timeout_s
+            )
+
+    try:
+        report = audit_changelogs(
+            spec.build_topology(),
+            settings.application_id,
+            settings.bootstrap_servers,
+            fix=args.fix,
+            measure=not args.no_measure,
+            restore_rate=choose_restore_rate(args.restore_rate, status_file),
+            timeout_s=settings.broker_timeout_s,
+            measurer=measurer,
+            snapshots=storage,
+            snapshots_note=snapshots_note,
+            trim=args.trim,
+        )
+    finally:
+        if session is not None:
+            session.stop()
+    _emit(args, report.to_dict(), "\n".join(_audit_lines(report)))
+    if report.trim is not None and report.trim.refused is not None:
+        print(f"statekeeper: --trim refused: {report.trim.refused}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_AUDIT_FAILED if report.verdict == "fail" else EXIT_OK
+
+
+def _audit_lines(report: Any) -> list[str]:
+    rate = report.rate
+    lines = [
+        f"{report.application_id}: {report.verdict} (broker {report.broker}; contents read "
+        f"with {report.measured_with}; restore rate {rate.records_per_s:,.0f} records/s, "
+        f"{rate.source}: {rate.detail})"
+    ]
+    if report.snapshots_note:
+        lines.append(f"  snapshots: none considered ({report.snapshots_note})")
     for change in report.applied:
         lines.append(f"  fixed {change.topic}: {change.key} {change.before} -> {change.after}")
     for topic in report.topics:
@@ -378,13 +436,28 @@ def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
             line += (
                 f": {'~' if c.sampled else ''}{c.records} records, {c.distinct_keys} keys, "
                 f"{c.tombstone_share:.1%} tombstones, {c.markers} markers, "
-                f"{c.superseded_share:.1%} superseded; full restore "
-                f"~{topic.full_restore_seconds:.3g}s at {report.restore_rate:g} records/s"
+                f"{c.superseded_share:.1%} superseded"
             )
         lines.append(line)
+        f = topic.forecast
+        if f is not None:
+            lines.append(
+                f"       restore: full ~{f.full_restore_seconds:.3g}s ({f.full_records} records)"
+                f", newest snapshot + tail ~{f.snapshot_tail_seconds:.3g}s ({f.tail_records} "
+                f"records; {f.snapshot_coverage}/{len(f.partitions)} partitions have a "
+                f"snapshot); a fresh snapshot would cut {f.fresh_snapshot_cut_records} "
+                "records from the next restore"
+            )
         lines.extend(f"       {reason}" for reason in topic.reasons())
-    _emit(args, report.to_dict(), "\n".join(lines))
-    return EXIT_AUDIT_FAILED if report.verdict == "fail" else EXIT_OK
+    if report.trim is not None:
+        for action in report.trim.actions:
+            lines.append(
+                f"  trim {action.topic}[{action.partition}]: {action.records} records below "
+                f"offset {action.trim_to}"
+            )
+        for skip in report.trim.skipped:
+            lines.append(f"  trim {skip.topic}[{skip.partition}]: skipped, {skip.reason}")
+    return lines
 
 
 # --- stores -------------------------------------------------------------------------------

@@ -152,3 +152,60 @@ def test_cli_exit_codes_and_json(app, broker, admin, tmp_path: Path, capsys) -> 
 
     assert main(["audit", "changelogs", "--app", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read app spec" in capsys.readouterr().err
+
+
+def test_forecast_from_the_newest_snapshot_and_trim_refused_here(
+    admin, broker, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Snapshot + tail forecast from the manifests' markers, the app's measured restore rate,
+    cleaner tuning reported as not applicable, and --trim refused on the embedded broker
+    without ever calling DeleteRecords."""
+    from confluent_kafka.admin import AdminClient
+
+    from .spec_apps import spec_app_with_state
+
+    spec, app_id = spec_app_with_state(
+        admin, broker, tmp_path, prefix="audit-fc", entries=300, batch_id=0
+    )
+    assert main(["snapshot", "create", "--app", str(spec), "--json"]) == 0
+    capsys.readouterr()
+    # A tail after the snapshots' markers: 40 records on partition 0 of totals' changelog.
+    topic = changelog_topic(app_id, "totals")
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i in range(40):
+        producer.produce(topic, key=f"user-0-{i}".encode(), value=b"\0" * 8, partition=0)
+    producer.flush(10)
+    # The app's own restores, as its status document lists them: 60,000 records in 0.2 s.
+    status = tmp_path / "state" / app_id / "status.json"
+    status.write_text(
+        json.dumps({"tasks": {"0_0": {"restore": [{"records": 60_000, "seconds": 0.2}]}}})
+    )
+
+    argv = ["audit", "changelogs", "--app", str(spec), "--json"]
+    assert main(argv) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["broker"] == "tansu" and payload["measured_with"] == "python"
+    assert payload["restore_rate_source"]["source"] == "measured"
+    assert payload["restore_rate_records_per_s"] == pytest.approx(300_000)
+    totals = next(t for t in payload["topics"] if t["store"] == "totals")
+    forecast = totals["forecast"]
+    assert forecast["partitions_with_snapshot"] == 2
+    # 300 records + 1 marker per partition, then the 40-record tail on partition 0.
+    assert forecast["full_records"] == 2 * 301 + 40
+    assert forecast["tail_records"] == 40 == forecast["fresh_snapshot_cut_records"]
+    assert forecast["snapshot_cut_records"] == 2 * 301
+    assert forecast["full_restore_seconds"] == pytest.approx(642 / 300_000, abs=1e-4)
+    assert forecast["snapshot_tail_seconds"] == pytest.approx(40 / 300_000, abs=1e-4)
+    compaction = [f for f in totals["findings"] if f["aspect"] == "compaction"]
+    assert compaction and "does not compact" in compaction[0]["message"]
+    assert not any(f["fix"] for f in totals["findings"])  # nothing to tune here
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("DeleteRecords called on the embedded broker")
+
+    monkeypatch.setattr(AdminClient, "delete_records", never)
+    assert main([*argv, "--trim"]) == 2
+    captured = capsys.readouterr()
+    assert "does not support DeleteRecords" in captured.err
+    trim = json.loads(captured.out)["trim"]
+    assert trim["refused"] and trim["actions"] == [] and json.loads(captured.out)["trimmed"] == {}

@@ -20,17 +20,21 @@ How Tansu 0.6.0 differs from Kafka, and where that is handled (ENVIRONMENT.md ha
   OFFSET_OUT_OF_RANGE), so such a read stalls until its timeout instead of failing at once.
   No flag: both end in an error; the restorer checks a checkpoint against the watermarks
   before reading, and a stalled range read probes log start and end to say why.
-- No log compaction and no retention: changelogs grow, restores replay all of them. No
-  flag: nothing relies on compaction, and the restorer accepts a checkpointed marker that
-  compaction removed (a later marker follows), so both are restored the same way.
+- No log compaction and no retention: changelogs grow, restores replay all of them.
+  :attr:`BrokerProfile.compacts` says whether cleaner tuning means anything (the changelog
+  audit tunes it only there). Nothing relies on compaction, and the restorer accepts a
+  checkpointed marker that compaction removed (a later marker follows), so both are
+  restored the same way (tests/unit/state/test_compaction_safety.py).
 - describe_configs returns only the keys set at creation: :mod:`statekeeper.kafka.admin`
   reports a requested config the broker does not list as "broker default, unknown", never
   as a mismatch; on Kafka every config is listed, so nothing is unknown. No flag.
 - Producing to a missing topic auto-creates it, and configs are not validated: topics are
   created explicitly and looked up with DescribeTopics, never a Metadata request that
   could create them (:mod:`statekeeper.kafka.admin`). No flag.
-- Legacy AlterConfigs, CreatePartitions and DeleteRecords are unsupported: statekeeper
-  calls none of them. No flag.
+- Legacy AlterConfigs and CreatePartitions are unsupported: statekeeper calls neither. No
+  flag. DeleteRecords makes Tansu's broker thread panic:
+  :attr:`BrokerProfile.delete_records` is false, and the changelog audit's ``--trim``
+  refuses without calling it.
 - A new consumer group's first assignment is slow, static members never expire: every
   reader assigns partitions itself and joins no group. No flag.
 - Not handled yet: with S3 storage (a durable embedded broker) a fetch returns only what
@@ -61,18 +65,27 @@ class BrokerProfile:
         transactions_reliable: read_committed hides aborted records and producer fencing
             works, so output could use transactions for exactly-once (correctness never
             depends on them; commit markers do).
+        compacts: the broker runs a log cleaner on ``cleanup.policy=compact`` topics, so
+            cleaner configs (``min.cleanable.dirty.ratio``, ``segment.ms``,
+            ``min.compaction.lag.ms``) take effect.
+        delete_records: the DeleteRecords API works (trimming a changelog below a
+            snapshot's marker); never call it where this is false.
         cluster_id: the id the cluster reported, when detected.
     """
 
     name: str
     transactions_reliable: bool
+    compacts: bool = True
+    delete_records: bool = True
     cluster_id: str | None = None
 
 
-KAFKA = BrokerProfile(name="kafka", transactions_reliable=True)
+KAFKA = BrokerProfile(name="kafka", transactions_reliable=True, compacts=True, delete_records=True)
 
 # Measured against Tansu 0.6.0 (see ENVIRONMENT.md, "Does NOT behave like Kafka").
-TANSU = BrokerProfile(name="tansu", transactions_reliable=False)
+TANSU = BrokerProfile(
+    name="tansu", transactions_reliable=False, compacts=False, delete_records=False
+)
 
 _PROFILES: dict[str, BrokerProfile] = {"kafka": KAFKA, "tansu": TANSU}
 

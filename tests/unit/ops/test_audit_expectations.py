@@ -103,11 +103,13 @@ def test_verdict(severities, verdict) -> None:
     assert verdict_of(Finding("x", s, "") for s in severities) == verdict
 
 
-def test_only_cleanup_policy_and_retention_are_fixed() -> None:
+def test_only_safe_configs_are_fixed() -> None:
+    # Cleaner configs are fixable too, but only planned where the broker compacts: see
+    # test_audit_trim_and_forecast.py.
     findings = [
         Finding("retention.ms", "fail", "short", fix="100"),
         Finding("cleanup.policy", "warn", "compact only", fix="compact,delete"),
-        Finding("min.cleanable.dirty.ratio", "warn", "high", fix="0.5"),  # never changed
+        Finding("min.insync.replicas", "fail", "too many", fix="1"),  # never changed
         Finding("partitions", "fail", "too few"),
     ]
     changes = planned_changes("t", findings, {"retention.ms": "5"})

@@ -1,9 +1,11 @@
 """Apply the safe config fixes of an audit with IncrementalAlterConfigs.
 
-Only ``cleanup.policy`` and ``retention.ms`` are changed: both take effect without moving
-data, and the audit's expectation for them is exact. Partition counts, replication and
-cleaner tuning are reported, never changed. The legacy AlterConfigs API is never used
-(it replaces every config of the topic, and the embedded broker does not support it).
+Only ``cleanup.policy`` and ``retention.ms``, and where the broker compacts the cleaner's
+``min.cleanable.dirty.ratio``, ``segment.ms`` and ``min.compaction.lag.ms``
+(:mod:`statekeeper.ops.audit.cleaner` plans those only then) are changed: all take effect
+without moving data. Partition counts and replication are reported, never changed. The
+legacy AlterConfigs API is never used (it replaces every config of the topic, and the
+embedded broker does not support it): one IncrementalAlterConfigs SET per key.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from statekeeper.errors import ChangelogTopicError
 from statekeeper.ops.audit.findings import Finding
 
-SAFE_TO_FIX = frozenset({"cleanup.policy", "retention.ms"})
+SAFE_TO_FIX = frozenset(
+    {
+        "cleanup.policy",
+        "retention.ms",
+        "min.cleanable.dirty.ratio",
+        "segment.ms",
+        "min.compaction.lag.ms",
+    }
+)
 
 
 @dataclass(frozen=True)

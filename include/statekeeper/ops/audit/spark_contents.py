@@ -1,0 +1,73 @@
+"""Measure a changelog's contents with a Spark batch read (``audit changelogs --spark``).
+
+The same counts as :func:`statekeeper.ops.audit.contents.measure_changelog`, read through
+the ``statekeeper_kafka`` data source (whole topic, log start to log end, never sampled) and
+aggregated by Spark: one pass, one row back to the driver. pyspark is imported only here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statekeeper.changelog.records import MARKER_KEY
+from statekeeper.ops.audit.contents import ChangelogContents
+
+
+def spark_session(master: str = "local[2]") -> tuple[Any, bool]:
+    """The active SparkSession, or a new loopback-bound one on ``master`` (and whether it
+    was made here, so the caller stops it), with statekeeper's sources registered."""
+    from pyspark.sql import SparkSession
+
+    from statekeeper.spark.kafka_source import register_sources
+    from statekeeper.spark.session_env import prepare_spark_env, quiet_spark_logs
+
+    spark = SparkSession.getActiveSession()
+    made_here = spark is None
+    if spark is None:
+        builder = SparkSession.builder.master(master).appName("statekeeper-audit")
+        for key, value in {
+            **prepare_spark_env(),
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.sql.shuffle.partitions": "4",
+        }.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        quiet_spark_logs(spark)
+    register_sources(spark)
+    return spark, made_here
+
+
+def measure_changelog_spark(
+    spark: Any, bootstrap: str, topic: str, *, timeout_s: float = 30.0
+) -> ChangelogContents:
+    """Records, distinct keys (markers excluded), tombstones and markers of ``topic``."""
+    from pyspark.sql import functions as F
+
+    frame = (
+        spark.read.format("statekeeper_kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("timeoutSeconds", str(timeout_s))
+        .load()
+    )
+    is_marker = F.col("key") == F.lit(MARKER_KEY)
+    row = frame.agg(
+        F.count(F.lit(1)).alias("records"),
+        F.count(F.when(is_marker, 1)).alias("markers"),
+        F.count(F.when(~is_marker & F.col("value").isNull(), 1)).alias("tombstones"),
+        F.countDistinct(F.when(~is_marker, F.col("key"))).alias("distinct_keys"),
+    ).collect()[0]
+    records = int(row["records"])
+    return ChangelogContents(
+        records=records,
+        records_read=records,
+        distinct_keys=int(row["distinct_keys"]),
+        tombstones=int(row["tombstones"]),
+        markers=int(row["markers"]),
+        sampled=False,
+    )
