@@ -94,6 +94,16 @@ def test_read_only_open_restores_to_the_marker_and_writes_nothing(broker, tmp_pa
         finally:
             reader.close()
         assert log_end_offsets(conf, topics) == ends  # no revert, no marker
-        assert (tmp_path / "state" / topic_name / "0_0").is_dir()
+
+        # Read-only over the owner's own directory: its checkpoint file is left as it was.
+        checkpoint = TaskDirectory(tmp_path / "state", topic_name, "0_0").checkpoint_file
+        before = checkpoint.stat().st_mtime_ns, checkpoint.read_bytes()
+        reader = StateEnvironment(env.settings, read_only=True)
+        try:
+            with reader.task("0_0", 0, SPECS) as copy:
+                assert _state(copy) == committed
+        finally:
+            reader.close()
+        assert (checkpoint.stat().st_mtime_ns, checkpoint.read_bytes()) == before
     finally:
         env.close()

@@ -72,8 +72,9 @@ class TaskStateManager:
         read_only: bool = False,
     ) -> None:
         """``read_only``: restore to each store's last commit marker and never write to a
-        changelog (no revert, no roll-forward, no commit) — a copy for drills and queries
-        that must not touch the live app. ``installer``: see :data:`StoreInstaller`."""
+        changelog (no revert, no roll-forward, no commit), never rewrite the checkpoint file
+        and never wipe a corrupt store (it raises) — for drills and queries that must not
+        touch the live app. ``installer``: see :data:`StoreInstaller`."""
         if writer is None and not read_only:
             raise StatekeeperError(f"task {task_id}: only a read-only task may have no writer")
         names = [s.name for s in specs]
@@ -124,7 +125,8 @@ class TaskStateManager:
             self._metadata = self._agreed_metadata()
             self._processed, self.uncommitted_batches = None, 0
             self.last_commit_monotonic = time.monotonic()
-            self.write_checkpoint_file()
+            if not self.read_only:
+                self.write_checkpoint_file()
             self.broken = False
         except BaseException:
             self._close_stores()
@@ -145,6 +147,9 @@ class TaskStateManager:
         try:
             store = build_store(spec, path, sink)
         except StoreCorruptError as exc:
+            if self.read_only:
+                # A read-only copy never repairs what it reads; the owner's open does that.
+                raise
             # Invariant 4: unreadable local files are wiped and rebuilt (snapshot + tail when
             # an installer has one, else the whole changelog).
             reason = f"corrupt local state, wiped: {exc}"
