@@ -396,23 +396,28 @@ def run_history(steps: list[tuple], data, bounded: bool) -> None:
     broker = Broker()
     with tempfile.TemporaryDirectory() as tmp, broker.patch():
         harness = Harness(Path(tmp), broker, bounded)
-        harness.open("keep", data)
         try:
-            for step in [*steps, ("end",)]:
-                if harness.task is None:  # died: the cleaner may run, then a restart
-                    harness.compact(data)
-                    harness.open(data.draw(LOCAL, label="local copy after crash"), data)
-                if step[0] == "batch":
-                    harness.batch(step[1], step[2], data)
-                elif step[0] == "compact":
-                    harness.compact(data)
-                elif step[0] == "restart":
-                    harness.close()
-                    harness.compact(data)
-                    harness.open(step[1], data)
+            run_steps(harness, steps, data)
         finally:
             if harness.task is not None:
                 harness.task.close()
+
+
+def run_steps(harness: Harness, steps: list[tuple], data) -> None:
+    """Open the task, run ``steps`` and end with it open (reopened after a last crash)."""
+    harness.open("keep", data)
+    for step in [*steps, ("end",)]:
+        if harness.task is None:  # died: the cleaner may run, then a restart
+            harness.compact(data)
+            harness.open(data.draw(LOCAL, label="local copy after crash"), data)
+        if step[0] == "batch":
+            harness.batch(step[1], step[2], data)
+        elif step[0] == "compact":
+            harness.compact(data)
+        elif step[0] == "restart":
+            harness.close()
+            harness.compact(data)
+            harness.open(step[1], data)
 
 
 PROPERTY = settings(
