@@ -51,26 +51,25 @@ def _restore_table(status: dict[str, Any]) -> Table:
     return table
 
 
-def _snapshot_table(request: dict[str, Any]) -> Table:
+def _snapshot_table(request: dict[str, Any], manifests: dict[str, Any]) -> Table:
+    """Per task: the processing pause (from the app's status) and the snapshot's keys and
+    bytes (from the manifests in storage)."""
     table = Table(title=f"snapshot of the running app (request {request.get('request_id', '?')})")
-    for col in ("task", "batch", "stores", "pause ms", "bytes uploaded", "upload s"):
+    for col in ("task", "batch", "stores", "keys", "bytes", "pause ms"):
         table.add_column(col)
     tasks: dict[str, list[dict[str, Any]]] = {}
     for row in request.get("snapshots") or []:
         tasks.setdefault(row["task"], []).append(row)
-
-    def shown(value: Any, fmt: str) -> str:
-        return "…" if value is None else format(value, fmt)
-
     for task_id, rows in sorted(tasks.items()):
-        first = rows[0]  # pause, bytes and seconds are per task
+        found = [manifests[r["snapshot_id"]] for r in rows if r["snapshot_id"] in manifests]
+        pause = rows[0].get("pause_ms")  # per task
         table.add_row(
             task_id,
-            str(first.get("batch_id")),
+            str(rows[0].get("batch_id")),
             str(len(rows)),
-            shown(first.get("pause_ms"), ".1f"),
-            shown(first.get("bytes_uploaded"), ","),
-            shown(first.get("upload_seconds"), ".2f"),
+            f"{sum(m.key_count for m in found):,}",
+            f"{sum(m.total_bytes for m in found):,}",
+            "?" if pause is None else f"{pause:.1f}",
         )
     return table
 
@@ -108,7 +107,7 @@ def _recover_state(
     from statekeeper.ops.drill import run_drill
     from statekeeper.ops.restore import restore_app
     from statekeeper.ops.snapshot_app import running_app_status_url, snapshot_running_app
-    from statekeeper.snapshots import SnapshotStorage, snapshot_url_for
+    from statekeeper.snapshots import SnapshotStorage, list_snapshots, snapshot_url_for
 
     console.rule("recovering state: snapshot, restore from snapshot + tail, drill")
     spec = load_app_spec(spec_path)
@@ -125,7 +124,9 @@ def _recover_state(
         if request.get("state") != "uploaded":
             problems.append(f"snapshot of the running app: {request.get('errors')}")
             return
-        console.print(_snapshot_table(request))
+        storage = SnapshotStorage(snapshot_url_for(settings), spec.application_id, create=False)
+        manifests = {m.snapshot_id: m for m in list_snapshots(storage)}
+        console.print(_snapshot_table(request, manifests))
         behind = third.status() or {}
         before = (behind.get("totals") or {}).get("records_processed", 0)
         summary = produce(settings.bootstrap_servers, spec.params["input_topic"], tail)
@@ -141,7 +142,6 @@ def _recover_state(
         third.wait(120)
     shutil.rmtree(work / "state" / spec.application_id / DROPPED_TASK, ignore_errors=True)
     console.print(f"[yellow]app stopped; deleted the state directory of task {DROPPED_TASK}[/]")
-    storage = SnapshotStorage(snapshot_url_for(settings), spec.application_id, create=False)
     topology = spec.build_topology()
     reports = restore_app(settings, topology, storage, tasks=[DROPPED_TASK])
     console.print(_recovered_table(reports))
