@@ -251,7 +251,7 @@ class Harness:
         self.bounded = bounded
         self.task_dir = TaskDirectory(root / "state", APP, TASK)
         # Closed copies of kv's local store (a snapshot, another executor's copy) and the
-        # kv log end when each was taken, oldest first.
+        # changelog offset each is checkpointed at, oldest first.
         self.copies: list[tuple[Path, int]] = []
         # The model: each store's state as of the last committed batch.
         self.committed: dict[str, dict[str, int]] = {name: {} for name in STORES}
@@ -300,13 +300,14 @@ class Harness:
 
     def close(self) -> None:
         assert self.task is not None
+        checkpoint = self.task.store("kv").read_metadata().changelog_offset  # what is on disk
         self.task.close()
         self.task = None
         kv_dir = self.task_dir.store_path("kv")
         if kv_dir.exists():
             copy = Path(tempfile.mkdtemp(prefix="copy", dir=self.root)) / "kv"
             shutil.copytree(kv_dir, copy)
-            self.copies.append((copy, self.broker.logs[(TOPICS["kv"], 0)].end))
+            self.copies.append((copy, -1 if checkpoint is None else checkpoint))
 
     def batch(self, writes: list[tuple[str, str, int | None]], crash: str | None, data) -> None:
         """Write ``writes`` and commit them, dying at ``crash`` (a commit step, ``process``
@@ -378,9 +379,9 @@ class Harness:
             gone = [t for t in dropped if t in tombstones]
             if self.bounded and gone and tp == (TOPICS["kv"], 0):
                 # A tombstone goes delete.retention.ms after its cleaning, so a copy older
-                # than that (taken before the tombstone) may miss the delete: such copies
-                # are too old to restore from (snapshot max age < delete.retention.ms).
-                self.copies = [(c, end) for c, end in self.copies if end > max(gone)]
+                # than that (checkpointed before the tombstone) may miss the delete: such
+                # copies are too old to restore from (snapshot max age < delete.retention.ms).
+                self.copies = [(c, ckpt) for c, ckpt in self.copies if ckpt > max(gone)]
 
 
 WRITES = st.lists(
