@@ -39,3 +39,8 @@ class ProduceError(StatekeeperError):
 
 class StoreCorruptError(StatekeeperError):
     """Local store files cannot be opened or read; the store is wiped and restored."""
+
+
+class ChangelogTrimmedError(ChangelogTopicError):
+    """A full replay is impossible: records below the changelog's log start were deleted
+    (DeleteRecords, ``audit --trim``), so only a snapshot can bring the store back."""

@@ -23,6 +23,7 @@ from statekeeper.errors import (
     BrokerUnavailableError,
     ChangelogCorruptError,
     ChangelogTopicError,
+    ChangelogTrimmedError,
 )
 from statekeeper.kafka.offsets import watermarks
 from statekeeper.kafka.partition_reader import (
@@ -52,6 +53,9 @@ class RestoreJob:
     task_id: str
     full: bool = False
     reason: str | None = None  # why a full restore (reported to listeners)
+    #: Window changelogs lose old windows by retention: a log start above 0 is normal there.
+    #: Elsewhere it means records were deleted, and a full replay would miss keys.
+    log_start_may_advance: bool = False
 
 
 @dataclass
@@ -136,6 +140,13 @@ class ChangelogRestorer:
         consumer = eof_consumer(self._consumer_config, "restore")
         try:
             low, high = self._watermarks(consumer, job)
+            if checkpoint is None and low > 0 and not job.log_start_may_advance:
+                raise ChangelogTrimmedError(
+                    f"changelog {job.topic}[{job.partition}] starts at offset {low}: records "
+                    "below it were deleted (audit --trim), so a full replay of store "
+                    f"{store_name} would miss every key last written there; restore it from a "
+                    "snapshot (statekeeper restore --from-snapshot latest)"
+                )
             if checkpoint is not None and not low <= checkpoint < high:
                 # The checkpointed marker is the first record of its produce batch, so even a
                 # broker whose high watermark trails the log end reports one past it.

@@ -171,7 +171,15 @@ class TaskStateManager:
         full = reason is not None or not spec.persistent
         if not full and store.read_metadata().changelog_offset is None:
             full, reason = True, "no local state"
-        return RestoreJob(topic, self.partition, store, self.task_id, full=full, reason=reason)
+        return RestoreJob(
+            topic,
+            self.partition,
+            store,
+            self.task_id,
+            full=full,
+            reason=reason,
+            log_start_may_advance=spec.kind == "window",
+        )
 
     def _install(self, spec: StoreSpec, path: Path) -> bool:
         """Let the installer put ``spec``'s files at ``path``; whether a copy is now there."""

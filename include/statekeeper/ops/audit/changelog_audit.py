@@ -52,7 +52,7 @@ from statekeeper.ops.audit.forecast import (
     kept_markers,
     newest_markers,
 )
-from statekeeper.ops.audit.trim import TrimPlan, apply_trim, plan_trim
+from statekeeper.ops.audit.trim import TrimPlan, TrimSkip, apply_trim, plan_trim
 
 __all__ = ["DEFAULT_RESTORE_RATE", "AuditReport", "TopicAudit", "audit_changelogs"]
 
@@ -216,7 +216,7 @@ def audit_changelogs(
             audit.changes = [c for c in changes if c.topic == audit.topic]
         report.applied = changes
     if trim:
-        report.trim = _plan_trim(context, report.topics, snapshots)
+        report.trim = _plan_trim(context, report.topics, snapshots, _replay_only(topology))
         if report.trim.refused is None and report.trim.actions:
             low = apply_trim(admin, profile, report.trim, timeout_s)
             report.trimmed = {f"{t}[{p}]": offset for (t, p), offset in sorted(low.items())}
@@ -295,12 +295,25 @@ def _audit_once(context: _Context, topology: Any, application_id: str) -> list[T
     return audits
 
 
-def _plan_trim(context: _Context, audits: list[TopicAudit], snapshots: Any) -> TrimPlan:
-    """The trim plan of every existing changelog (see :mod:`statekeeper.ops.audit.trim`)."""
+def _replay_only(topology: Any) -> set[str]:
+    """Stores that always restore by a full replay (in-memory, LRU): never trimmed."""
+    return {
+        spec.name
+        for sub in topology.subtopologies
+        for spec in topology.store_specs(sub.id)
+        if not spec.persistent
+    }
+
+
+def _plan_trim(
+    context: _Context, audits: list[TopicAudit], snapshots: Any, replay_only: set[str]
+) -> TrimPlan:
+    """The trim plan of every existing changelog (see :mod:`statekeeper.ops.audit.trim`);
+    changelogs of ``replay_only`` stores are skipped."""
     offsets = {
         (a.topic, p.partition): (p.log_start, p.log_end)
         for a in audits
-        if a.forecast is not None
+        if a.forecast is not None and a.store not in replay_only
         for p in a.forecast.partitions
     }
     verified: dict[tuple[str, int], bool] = {}
@@ -310,7 +323,15 @@ def _plan_trim(context: _Context, audits: list[TopicAudit], snapshots: Any) -> T
         for topic in {t for t, _ in offsets}:
             for partition, manifest in newest_markers(context.manifests, topic).items():
                 verified[(topic, partition)] = verify_snapshot(snapshots, manifest).ok
-    return plan_trim(context.profile, offsets, kept_markers(context.manifests), verified)
+    plan = plan_trim(context.profile, offsets, kept_markers(context.manifests), verified)
+    if plan.refused is None:
+        plan.skipped += [
+            TrimSkip(a.topic, p.partition, "in-memory/LRU store: it always restores by full replay")
+            for a in audits
+            if a.forecast is not None and a.store in replay_only
+            for p in a.forecast.partitions
+        ]
+    return plan
 
 
 def _audit_topic(
