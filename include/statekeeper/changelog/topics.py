@@ -7,7 +7,7 @@ from typing import Any
 from statekeeper.changelog.records import changelog_topic
 from statekeeper.errors import ChangelogTopicError
 from statekeeper.kafka.admin import TopicReport, ensure_topic, partition_count
-from statekeeper.stores.builders import StoreSpec
+from statekeeper.stores.builders import CREATE_ONLY_CHANGELOG_CONFIGS, StoreSpec
 
 
 def ensure_changelog_topics(
@@ -35,15 +35,14 @@ def ensure_changelog_topics(
                 "changelog. Delete and recreate the changelog (state is rebuilt from the "
                 "source) or repartition the source."
             )
-        reports.append(
-            ensure_topic(
-                admin,
-                topic,
-                source_partitions,
-                spec.changelog_topic_configs(),
-                timeout_s=timeout_s,
-            )
-        )
+        configs = spec.changelog_topic_configs()
+        if existing is not None:
+            configs = {
+                k: v
+                for k, v in configs.items()
+                if k not in CREATE_ONLY_CHANGELOG_CONFIGS or k in spec.topic_configs
+            }
+        reports.append(ensure_topic(admin, topic, source_partitions, configs, timeout_s=timeout_s))
     return reports
 
 

@@ -32,6 +32,14 @@ StoreKind = Literal["rocksdb", "memory", "lru", "window"]
 # Kafka Streams keeps window changelogs one day longer than the store, so a restore after
 # a long outage still finds every live window.
 WINDOW_CHANGELOG_EXTRA_RETENTION_MS = 24 * 60 * 60 * 1000
+#: The log cleaner leaves records this young alone. The commit protocol needs it where the
+#: broker compacts: a crashed attempt's uncommitted record can supersede its key's committed
+#: value, which the task's next open re-logs; reopened within this lag, nothing is lost
+#: (tests/unit/state/test_compaction_safety.py, DESIGN.md invariant 8).
+CHANGELOG_MIN_COMPACTION_LAG_MS = 24 * 60 * 60 * 1000
+#: Configs set when a changelog is created but not enforced on an existing one (changelogs
+#: created before them are reported by ``statekeeper audit changelogs`` and fixed by --fix).
+CREATE_ONLY_CHANGELOG_CONFIGS = frozenset({"min.compaction.lag.ms"})
 #: Per persistent key-value store: ~50k entries of small keys and values.
 DEFAULT_READ_CACHE_BYTES = 8 * 1024 * 1024
 
@@ -116,7 +124,10 @@ class StoreSpec:
 
     def changelog_topic_configs(self) -> dict[str, str]:
         """Changelog topic configs: compacted; windows also expire by time. User configs win."""
-        configs = {"cleanup.policy": "compact"}
+        configs = {
+            "cleanup.policy": "compact",
+            "min.compaction.lag.ms": str(CHANGELOG_MIN_COMPACTION_LAG_MS),
+        }
         if self.kind == "window":
             assert self.retention_ms is not None
             configs["cleanup.policy"] = "compact,delete"

@@ -170,8 +170,11 @@ def test_window_spec_needs_size_and_retention():
 @pytest.mark.parametrize(
     "spec", [Stores.persistent("s"), Stores.in_memory("s"), Stores.lru_map("s", 2)]
 )
-def test_key_value_changelogs_are_compacted(spec):
-    assert spec.changelog_topic_configs() == {"cleanup.policy": "compact"}
+def test_key_value_changelogs_are_compacted_with_a_day_of_compaction_lag(spec):
+    assert spec.changelog_topic_configs() == {
+        "cleanup.policy": "compact",
+        "min.compaction.lag.ms": str(DAY_MS),
+    }
 
 
 def test_window_changelogs_are_compacted_and_expire_a_day_after_retention():
@@ -179,6 +182,7 @@ def test_window_changelogs_are_compacted_and_expire_a_day_after_retention():
     assert WINDOW_CHANGELOG_EXTRA_RETENTION_MS == DAY_MS
     assert spec.changelog_topic_configs() == {
         "cleanup.policy": "compact,delete",
+        "min.compaction.lag.ms": str(DAY_MS),
         "retention.ms": str(3_600_000 + DAY_MS),
     }
 
@@ -194,6 +198,7 @@ def test_user_topic_configs_override_and_extend():
     )
     assert kv.changelog_topic_configs() == {
         "cleanup.policy": "compact,delete",
+        "min.compaction.lag.ms": str(DAY_MS),
         "min.insync.replicas": "2",
     }
     window = Stores.window("w", size_ms=10, retention_ms=100).with_logging_enabled(
@@ -201,6 +206,7 @@ def test_user_topic_configs_override_and_extend():
     )
     assert window.changelog_topic_configs() == {
         "cleanup.policy": "compact,delete",
+        "min.compaction.lag.ms": str(DAY_MS),
         "retention.ms": "-1",
         "segment.bytes": "1048576",
     }
@@ -209,7 +215,7 @@ def test_user_topic_configs_override_and_extend():
 def test_changelog_topic_configs_returns_a_fresh_dict():
     spec = Stores.persistent("s").with_logging_enabled({"a": "1"})
     spec.changelog_topic_configs()["a"] = "mutated"
-    assert spec.changelog_topic_configs() == {"cleanup.policy": "compact", "a": "1"}
+    assert spec.changelog_topic_configs()["a"] == "1"
 
 
 def layers(store) -> list[type]:

@@ -21,14 +21,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from statekeeper.ops.audit.findings import Finding
+from statekeeper.stores.builders import CHANGELOG_MIN_COMPACTION_LAG_MS
 
 #: What ``--fix`` sets the dirty ratio to when the log is mostly superseded records.
 TUNED_DIRTY_RATIO = "0.1"
 KAFKA_DEFAULT_DIRTY_RATIO = 0.5
 #: Longest segment.ms for a changelog: a day of writes at most escapes compaction.
 MAX_SEGMENT_MS = 24 * 60 * 60 * 1000
-#: min.compaction.lag.ms ``--fix`` sets: an outage up to a day cannot lose committed state.
-MIN_COMPACTION_LAG_MS = 24 * 60 * 60 * 1000
+#: min.compaction.lag.ms ``--fix`` sets (what new changelogs get): an outage up to a day
+#: cannot lose committed state.
+MIN_COMPACTION_LAG_MS = CHANGELOG_MIN_COMPACTION_LAG_MS
 
 
 def check_cleaner(
