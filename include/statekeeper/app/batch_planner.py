@@ -143,23 +143,8 @@ class BatchPlanner:
         for every task with batches it has not reported committed: at stop the tasks commit
         what their workers hold; at start they replay and commit what a killed app's workers
         took with them (Spark never runs those batches again)."""
-        if not self._history:
-            return []
-        last = max(self._history)
-        return [
-            TaskRun(
-                tid,
-                sub,
-                partition,
-                ranges=(),
-                batch_id=last,
-                batch_time_ms=self._history[last].batch_time_ms,
-                backlog=backlog,
-                force_commit=True,
-            )
-            for tid, (sub, partition) in sorted(self._task_keys.items())
-            if (backlog := self._backlog(tid, last + 1))
-        ]
+        tasks = [(tid, sub, p) for tid, (sub, p) in self._task_keys.items()]
+        return [run for run in self.commit_only_runs(tasks) if run.backlog]
 
     def commit_only_runs(
         self, tasks: Iterable[tuple[str, int, int]], batch_id: int | None = None

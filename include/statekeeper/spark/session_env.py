@@ -66,3 +66,30 @@ def quiet_spark_logs(spark: Any) -> None:
     log4j = context._jvm.org.apache.logging.log4j
     for name, level in QUIET_SPARK_LOGGERS.items():
         log4j.core.config.Configurator.setLevel(name, log4j.Level.toLevel(level))
+
+
+def batch_session(master: str = "local[2]", app_name: str = "statekeeper") -> tuple[Any, bool]:
+    """The active SparkSession, or a new loopback-bound batch session on ``master`` (and
+    whether it was made here, so the caller stops it), with statekeeper's sources registered.
+    For the ops commands' Spark reads (``audit --spark``, ``drill --spark``)."""
+    from pyspark.sql import SparkSession
+
+    from statekeeper.spark.kafka_source import register_sources
+
+    spark = SparkSession.getActiveSession()
+    made_here = spark is None
+    if spark is None:
+        builder = SparkSession.builder.master(master).appName(app_name)
+        for key, value in {
+            **prepare_spark_env(),
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.sql.shuffle.partitions": "4",
+        }.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        quiet_spark_logs(spark)
+    register_sources(spark)
+    return spark, made_here

@@ -14,30 +14,10 @@ from statekeeper.ops.audit.contents import ChangelogContents
 
 
 def spark_session(master: str = "local[2]") -> tuple[Any, bool]:
-    """The active SparkSession, or a new loopback-bound one on ``master`` (and whether it
-    was made here, so the caller stops it), with statekeeper's sources registered."""
-    from pyspark.sql import SparkSession
+    """The session ``audit --spark`` reads with (see :func:`batch_session`)."""
+    from statekeeper.spark.session_env import batch_session
 
-    from statekeeper.spark.kafka_source import register_sources
-    from statekeeper.spark.session_env import prepare_spark_env, quiet_spark_logs
-
-    spark = SparkSession.getActiveSession()
-    made_here = spark is None
-    if spark is None:
-        builder = SparkSession.builder.master(master).appName("statekeeper-audit")
-        for key, value in {
-            **prepare_spark_env(),
-            "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.sql.shuffle.partitions": "4",
-        }.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        quiet_spark_logs(spark)
-    register_sources(spark)
-    return spark, made_here
+    return batch_session(master, "statekeeper-audit")
 
 
 def measure_changelog_spark(

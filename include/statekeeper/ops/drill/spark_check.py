@@ -142,28 +142,10 @@ def _bound_by_repartition(
 
 
 def _session(settings: StatekeeperSettings) -> tuple[Any, bool]:
-    """The active SparkSession, or a new local one (and whether it was made here)."""
-    from pyspark.sql import SparkSession
+    """The session ``drill --spark`` recomputes with (see :func:`batch_session`)."""
+    from statekeeper.spark.session_env import batch_session
 
-    from statekeeper.spark.session_env import prepare_spark_env, quiet_spark_logs
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
-    confs = prepare_spark_env()
-    builder = SparkSession.builder.master(settings.spark_master).appName("statekeeper-drill")
-    for key, value in {
-        **confs,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.shuffle.partitions": "4",
-    }.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    quiet_spark_logs(spark)
-    return spark, True
+    return batch_session(settings.spark_master, "statekeeper-drill")
 
 
 def _bounded_records(
