@@ -161,27 +161,11 @@ def _recover_state(
 
 
 def _spark_recompute(bootstrap: str, topic: str) -> Any:
-    from pyspark.sql import SparkSession
-
     from spark_apps.patient_monitoring import reference_spark
-    from statekeeper.spark.kafka_source import register_sources
-    from statekeeper.spark.session_env import prepare_spark_env
+    from statekeeper.spark.session_env import batch_session
 
-    env_conf = prepare_spark_env()
-    builder = SparkSession.builder
-    for key, value in env_conf.items():
-        builder = builder.config(key, value)
-    spark = (
-        builder.master("local[2]")
-        .appName("statekeeper-demo-recompute")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark, made_here = batch_session("local[2]", "statekeeper-demo-recompute")
     try:
-        register_sources(spark)
         df = (
             spark.read.format("statekeeper_kafka")
             .option("kafka.bootstrap.servers", bootstrap)
@@ -192,7 +176,8 @@ def _spark_recompute(bootstrap: str, topic: str) -> Any:
         )
         return reference_spark.recompute(df)
     finally:
-        spark.stop()
+        if made_here:
+            spark.stop()
 
 
 def _compare(name: str, got: Any, want: Any, problems: list[str]) -> None:
