@@ -362,10 +362,9 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _spec_app(spec_file: str, **overrides: Any) -> tuple[Any, Any]:
     """(settings, app spec) from an app spec file, with the command line's overrides."""
-    from statekeeper.app.spec import load_app_spec
+    from statekeeper.ops.targets import spec_app
 
-    spec = load_app_spec(spec_file)
-    return spec.resolved_settings(**overrides), spec
+    return spec_app(spec_file, **overrides)
 
 
 def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
@@ -603,14 +602,9 @@ def _snapshot_target(args: argparse.Namespace, need_spec: str | None = None) -> 
 
 
 def _snapshot_storage(settings: Any, create: bool = False) -> Any:
-    from statekeeper.snapshots import SnapshotStorage, snapshot_url_for
+    from statekeeper.ops.targets import snapshot_storage
 
-    return SnapshotStorage(
-        snapshot_url_for(settings),
-        settings.application_id,
-        create=create,
-        s3_endpoint=settings.snapshot_s3_endpoint,
-    )
+    return snapshot_storage(settings, create=create)
 
 
 def _snapshot_filter(args: argparse.Namespace, manifests: list[Any]) -> list[Any]:
