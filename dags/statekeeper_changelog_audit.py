@@ -1,0 +1,34 @@
+"""Daily: audit every app's changelog topics (configs, contents, restore forecast).
+
+Trigger with ``fix: true`` to set wrong topic configs before the verdict. Wiring only: the
+work is in statekeeper.airflow.operators.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG, Param
+
+from statekeeper.airflow.operators import StatekeeperAuditOperator
+from statekeeper.airflow.specs import discover_apps
+
+with DAG(
+    dag_id="statekeeper_changelog_audit",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["statekeeper"],
+    params={
+        "fix": Param(False, type="boolean", description="set wrong changelog configs first"),
+    },
+    render_template_as_native_obj=True,
+    doc_md=__doc__,
+):
+    for app in discover_apps():
+        StatekeeperAuditOperator(
+            task_id=f"audit_{app.application_id}",
+            spec_path=app.spec_path,
+            fix="{{ params.fix }}",
+        )

@@ -1,0 +1,87 @@
+"""Audit an app's changelog topics; a failing verdict fails the task."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from statekeeper.airflow.operators.base import StatekeeperAppOperator
+
+
+class StatekeeperAuditOperator(StatekeeperAppOperator):
+    """Audit every changelog topic of an app (``statekeeper audit changelogs``): configs,
+    contents, restore forecast. ``fix`` (templated, e.g. ``"{{ params.fix }}"``) sets the
+    wrong topic configs first and audits again; a ``fail`` verdict that remains fails the
+    task. Returns the audit report."""
+
+    template_fields: Sequence[str] = (*StatekeeperAppOperator.template_fields, "fix")
+
+    def __init__(
+        self,
+        *,
+        fix: bool | str = False,
+        restore_rate: float | None = None,
+        measure: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.fix = fix
+        self.restore_rate = restore_rate
+        self.measure = measure
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from pathlib import Path
+
+        from statekeeper.ops.audit.changelog_audit import audit_changelogs
+        from statekeeper.ops.audit.forecast import choose_restore_rate
+        from statekeeper.snapshots.manifest import SnapshotError
+
+        fix = _as_bool(self.fix)
+        hook = self.app_hook()
+        settings = hook.settings
+        status_file = settings.status_file or (
+            Path(settings.state_dir) / settings.application_id / "status.json"
+        )
+        try:
+            storage, note = hook.snapshot_storage(), None
+        except SnapshotError as exc:  # no snapshots yet: the forecast is a full replay
+            storage, note = None, str(exc)
+        report = audit_changelogs(
+            hook.topology(),
+            settings.application_id,
+            settings.bootstrap_servers,
+            fix=fix,
+            measure=self.measure,
+            restore_rate=choose_restore_rate(self.restore_rate, status_file),
+            timeout_s=settings.broker_timeout_s,
+            snapshots=storage,
+            snapshots_note=note,
+        )
+        for change in report.applied:
+            self.log.info(
+                "fixed %s: %s %s -> %s", change.topic, change.key, change.before, change.after
+            )
+        for topic in report.topics:
+            self.log.info(
+                "%s %s (store %s) %s", topic.verdict, topic.topic, topic.store, topic.reasons()
+            )
+        if report.verdict == "fail":
+            failing = [t.topic for t in report.topics if t.verdict == "fail"]
+            hint = "" if fix else " (run with fix=true to set the wrong configs)"
+            raise AirflowException(
+                f"changelog audit of {settings.application_id} fails on {failing}{hint}"
+            )
+        return report.to_dict()
+
+
+def _as_bool(value: bool | str) -> bool:
+    """A rendered template gives "True"/"False"; a bool stays as it is."""
+    if isinstance(value, bool):
+        return value
+    if str(value).strip().lower() in ("true", "1", "yes"):
+        return True
+    if str(value).strip().lower() in ("false", "0", "no", "", "none"):
+        return False
+    raise ValueError(f"fix must be a boolean, got {value!r}")

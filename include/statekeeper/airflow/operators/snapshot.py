@@ -1,0 +1,96 @@
+"""Snapshot an app, verify what was written, then apply retention."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from statekeeper.airflow.operators.base import StatekeeperAppOperator
+
+
+class StatekeeperSnapshotOperator(StatekeeperAppOperator):
+    """Snapshot every task and store of an app: a running app through its status endpoint (each
+    task at its next commit), a stopped one from its local state. Then re-hash every new
+    snapshot (a bad one fails the task) and prune with ``keep`` / ``max_age_h`` / ``grace_h``.
+
+    Pushes the new snapshot ids to XCom (``snapshot_ids``) and returns a summary. Give it
+    ``outlets=[snapshot_asset(app_id)]`` so drills can be scheduled on the app's snapshots.
+    """
+
+    template_fields: Sequence[str] = (*StatekeeperAppOperator.template_fields, "keep", "max_age_h")
+
+    def __init__(
+        self,
+        *,
+        keep: int | None = 24,
+        max_age_h: float | None = None,
+        grace_h: float = 1.0,
+        timeout_s: float = 300.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.keep = keep
+        self.max_age_h = max_age_h
+        self.grace_h = grace_h
+        self.timeout_s = timeout_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from statekeeper.ops.snapshot_app import (
+            running_app_status_url,
+            snapshot_app,
+            snapshot_running_app,
+        )
+        from statekeeper.snapshots import list_snapshots, prune, verify_snapshot
+
+        hook = self.app_hook()
+        app_id = hook.application_id
+        status_url = running_app_status_url(hook.settings)
+        storage = hook.snapshot_storage(create=True)
+        if status_url is not None:
+            self.log.info("%s is running (%s): snapshot at its next commit", app_id, status_url)
+            request = snapshot_running_app(status_url, timeout_s=self.timeout_s)
+            if request["state"] != "uploaded":
+                raise AirflowException(
+                    f"snapshot {request['request_id']} of {app_id} {request['state']}: "
+                    f"{request['errors']}"
+                )
+            ids = [row["snapshot_id"] for row in request["snapshots"]]
+        else:
+            self.log.info("%s is stopped: snapshot from its local state", app_id)
+            results = snapshot_app(hook.settings, hook.topology(), storage)
+            ids = [r.manifest.snapshot_id for r in results]
+        if not ids:
+            raise AirflowException(f"{app_id}: no store was snapshotted (no local task state?)")
+        self.log.info("%s: %d snapshot(s) in %s: %s", app_id, len(ids), storage.url, ids)
+
+        new = [m for m in list_snapshots(storage) if m.snapshot_id in set(ids)]
+        bad = [r for r in (verify_snapshot(storage, m) for m in new) if not r.ok]
+        if bad:
+            raise AirflowException(
+                f"{app_id}: {len(bad)} new snapshot(s) fail verification: "
+                + "; ".join(f"{r.manifest.snapshot_id} {r.bad}" for r in bad)
+            )
+        report = prune(
+            storage,
+            keep=None if self.keep is None else int(self.keep),
+            max_age=None if self.max_age_h is None else timedelta(hours=float(self.max_age_h)),
+            grace=timedelta(hours=self.grace_h),
+        )
+        self.log.info(
+            "%s: kept %d, pruned %d snapshot(s)",
+            app_id,
+            len(report.kept),
+            len(report.deleted_snapshots),
+        )
+        context["ti"].xcom_push(key="snapshot_ids", value=ids)
+        return {
+            "application_id": app_id,
+            "running": status_url is not None,
+            "url": storage.url,
+            "snapshot_ids": ids,
+            "verified": len(new),
+            "prune": report.as_dict(),
+        }
