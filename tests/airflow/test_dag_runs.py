@@ -1,0 +1,92 @@
+"""``dag.test()`` of the snapshot and drill DAGs against the embedded broker.
+
+The app is test_drill's live app (a 2-partition source run for two committed batches, with
+a snapshot after the first), stopped, with its spec alone in a specs folder the DAGs are
+pointed at through STATEKEEPER_SPECS_DIR.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from statekeeper.snapshots import SnapshotStorage, list_snapshots
+from tests.integration.test_drill import _live_app
+
+
+def _dag(dag_file: str, dag_id: str):
+    """The DAG parsed from dags/ now (the specs folder is read at parse time)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from .conftest import DAGS
+
+    bag = DagBag(dag_folder=DAGS / dag_file)
+    assert bag.import_errors == {}
+    return bag.dags[dag_id]
+
+
+def _run(dag, **conf):
+    """Run the DAG once; returns (dag run, {task id: state}, seconds)."""
+    started = time.perf_counter()
+    run = dag.test(run_conf=conf or None)
+    seconds = time.perf_counter() - started
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    print(f"dag.test({dag.dag_id}, {conf}): {run.state} in {seconds:.1f} s")
+    return run, states, seconds
+
+
+@pytest.fixture(scope="module")
+def live_app(airflow_db, admin, broker, tmp_path_factory, request):
+    """The live app's spec in a specs folder of its own, for DAGs parsed in this module."""
+    specs = tmp_path_factory.mktemp("specs")
+    (specs / "app").mkdir()
+    app = _live_app(admin, broker, specs / "app")
+    monkey = pytest.MonkeyPatch()
+    monkey.setenv("STATEKEEPER_SPECS_DIR", str(specs))
+    request.addfinalizer(monkey.undo)
+    return app
+
+
+@pytest.fixture(scope="module")
+def snapshotted(live_app):
+    """The snapshot DAG run once on the stopped app."""
+    storage = SnapshotStorage((live_app.spec.parent / "snaps").as_uri(), live_app.app_id)
+    before = {m.snapshot_id for m in list_snapshots(storage)}
+    run, states, _ = _run(_dag("statekeeper_snapshots.py", "statekeeper_snapshots"))
+    return run, states, storage, before
+
+
+def test_snapshot_dag_snapshots_verifies_and_publishes(live_app, snapshotted):
+    run, states, storage, before = snapshotted
+    assert run.state == "success", states
+    assert states == {f"snapshot_{live_app.app_id}": "success"}
+    after = list_snapshots(storage)
+    new = [m for m in after if m.snapshot_id not in before]
+    # One new snapshot per task and store, at the app's last committed batch (1).
+    assert {(m.task, m.store) for m in new} >= {
+        (t, s) for t in ("0_0", "0_1") for s in ("totals", "windows")
+    }
+    assert all(m.batch_id == 1 for m in new)
+    [ti] = run.get_task_instances()
+    pushed = ti.xcom_pull(task_ids=ti.task_id, key="snapshot_ids")
+    assert sorted(pushed) == sorted(m.snapshot_id for m in new)
+
+
+def test_drill_dag_passes_then_fails_on_a_damaged_snapshot(live_app, snapshotted):
+    drill = _dag("statekeeper_restore_drill.py", "statekeeper_restore_drill")
+    task_id = f"drill_{live_app.app_id}"
+    run, states, _ = _run(drill)
+    assert run.state == "success" and states == {task_id: "success"}
+    reports = sorted((live_app.state_dir / ".drills" / live_app.app_id).glob("*/report.html"))
+    assert len(reports) == 1
+
+    # Damage the newest snapshot of 0_0 totals: its drill must fail, not restore quietly.
+    _, _, storage, _ = snapshotted
+    manifest = list_snapshots(storage, "0_0", "totals")[-1]
+    sst = max((f for f in manifest.files if f.name.endswith(".sst")), key=lambda f: f.size)
+    target = Path(storage.shared_path(sst.sha256))
+    target.write_bytes(b"x" + target.read_bytes()[1:])
+    run, states, _ = _run(drill)
+    assert run.state == "failed" and states == {task_id: "failed"}
