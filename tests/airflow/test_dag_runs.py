@@ -1,4 +1,4 @@
-"""``dag.test()`` of the snapshot and drill DAGs against the embedded broker.
+"""``dag.test()`` of the snapshot, drill and audit DAGs against the embedded broker.
 
 The app is test_drill's live app (a 2-partition source run for two committed batches, with
 a snapshot after the first), stopped, with its spec alone in a specs folder the DAGs are
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from statekeeper.changelog.records import changelog_topic
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
+from tests.integration.test_changelog_audit import GRACE, SIZE, _set_config
 from tests.integration.test_drill import _live_app
 
 
@@ -90,3 +92,18 @@ def test_drill_dag_passes_then_fails_on_a_damaged_snapshot(live_app, snapshotted
     target.write_bytes(b"x" + target.read_bytes()[1:])
     run, states, _ = _run(drill)
     assert run.state == "failed" and states == {task_id: "failed"}
+
+
+def test_audit_dag_fails_on_a_wrong_config_and_fix_corrects_it(live_app, admin):
+    topic = changelog_topic(live_app.app_id, "windows")
+    _set_config(admin, topic, "retention.ms", str(SIZE + GRACE - 1))  # below the window's span
+    audit = _dag("statekeeper_changelog_audit.py", "statekeeper_changelog_audit")
+    task_id = f"audit_{live_app.app_id}"
+    run, states, _ = _run(audit)
+    assert run.state == "failed" and states == {task_id: "failed"}
+    run, states, _ = _run(audit, fix=True)
+    assert run.state == "success" and states == {task_id: "success"}
+    [ti] = run.get_task_instances()
+    report = ti.xcom_pull(task_ids=task_id)
+    assert report["verdict"] == "ok"
+    assert [(c["topic"], c["key"]) for c in report["applied"]] == [(topic, "retention.ms")]
