@@ -32,16 +32,18 @@ os.environ.update(AIRFLOW_ENV)
 
 @pytest.fixture(scope="session")
 def airflow_db() -> Iterator[Path]:
-    """``airflow db migrate`` into the temporary AIRFLOW_HOME (removed after the session)."""
+    """``airflow db migrate`` into the temporary AIRFLOW_HOME."""
     airflow = Path(sys.executable).with_name("airflow")
-    try:
-        subprocess.run(
-            [str(airflow), "db", "migrate"],
-            check=True,
-            capture_output=True,
-            env={**os.environ, **AIRFLOW_ENV},
-            timeout=120,
-        )
-        yield AIRFLOW_HOME
-    finally:
-        shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
+    subprocess.run(
+        [str(airflow), "db", "migrate"],
+        check=True,
+        capture_output=True,
+        env={**os.environ, **AIRFLOW_ENV},
+        timeout=120,
+    )
+    yield AIRFLOW_HOME
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the temporary AIRFLOW_HOME (made at collection, used or not)."""
+    shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
