@@ -8,6 +8,7 @@ Airflow). The broker/admin fixtures come from tests/conftest.py.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -45,5 +46,8 @@ def airflow_db() -> Iterator[Path]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Remove the temporary AIRFLOW_HOME (made at collection, used or not)."""
+    """Remove the temporary AIRFLOW_HOME (made at collection, used or not). Airflow's logging
+    config leaves py4j at INFO on a handler whose stream pytest closes: py4j's goodbye line
+    from a garbage-collected Spark gateway at exit would print a "Logging error"."""
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
