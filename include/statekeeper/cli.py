@@ -602,9 +602,9 @@ def _snapshot_target(args: argparse.Namespace, need_spec: str | None = None) -> 
 
 
 def _snapshot_storage(settings: Any, create: bool = False) -> Any:
-    from statekeeper.ops.targets import snapshot_storage
+    from statekeeper.snapshots import storage_for
 
-    return snapshot_storage(settings, create=create)
+    return storage_for(settings, create=create)
 
 
 def _snapshot_filter(args: argparse.Namespace, manifests: list[Any]) -> list[Any]:

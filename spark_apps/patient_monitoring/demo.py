@@ -107,7 +107,7 @@ def _recover_state(
     from statekeeper.ops.drill import run_drill
     from statekeeper.ops.restore import restore_app
     from statekeeper.ops.snapshot_app import running_app_status_url, snapshot_running_app
-    from statekeeper.snapshots import SnapshotStorage, list_snapshots, snapshot_url_for
+    from statekeeper.snapshots import list_snapshots, storage_for
 
     console.rule("recovering state: snapshot, restore from snapshot + tail, drill")
     spec = load_app_spec(spec_path)
@@ -124,7 +124,7 @@ def _recover_state(
         if request.get("state") != "uploaded":
             problems.append(f"snapshot of the running app: {request.get('errors')}")
             return
-        storage = SnapshotStorage(snapshot_url_for(settings), spec.application_id, create=False)
+        storage = storage_for(settings)
         manifests = {m.snapshot_id: m for m in list_snapshots(storage)}
         console.print(_snapshot_table(request, manifests))
         behind = third.status() or {}

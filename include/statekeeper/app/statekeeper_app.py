@@ -511,10 +511,10 @@ class StatekeeperApp:
     # -- snapshots (statekeeper.app.snapshot_requests) -----------------------------------------
 
     def _snapshot_storage(self) -> Any:
-        from statekeeper.worker.task_snapshots import snapshot_storage
+        from statekeeper.snapshots.storage import storage_for
 
         if self._storage is None:
-            self._storage = snapshot_storage(self.settings)
+            self._storage = storage_for(self.settings, create=True)
         return self._storage
 
     def _post_snapshot(self, _body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -20,7 +20,7 @@ from statekeeper.snapshots.create import (
     upload_staged,
 )
 from statekeeper.snapshots.manifest import FORMAT_VERSION, Manifest, SnapshotError
-from statekeeper.snapshots.storage import SnapshotStorage, snapshot_url_for
+from statekeeper.snapshots.storage import SnapshotStorage, snapshot_url_for, storage_for
 
 __all__ = [
     "FORMAT_VERSION",
@@ -35,6 +35,7 @@ __all__ = [
     "prune",
     "snapshot_task",
     "snapshot_url_for",
+    "storage_for",
     "stage_task",
     "upload_staged",
     "verify_snapshot",

@@ -216,3 +216,14 @@ def _newest_mtime(fs: Any, entry: dict[str, Any]) -> datetime | None:
     times = [_mtime(e) for e in fs.find(entry["name"], detail=True).values()]
     known = [t for t in times if t is not None]
     return max(known) if known else _mtime(entry)
+
+
+def storage_for(settings: Any, *, create: bool = False) -> SnapshotStorage:
+    """The snapshot storage of the app ``settings`` describe (:func:`snapshot_url_for`, the
+    S3 endpoint from ``snapshot_s3_endpoint``); ``create`` makes the root where missing."""
+    return SnapshotStorage(
+        snapshot_url_for(settings),
+        settings.application_id,
+        create=create,
+        s3_endpoint=getattr(settings, "snapshot_s3_endpoint", None),
+    )

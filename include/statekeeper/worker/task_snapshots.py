@@ -38,17 +38,6 @@ log = logging.getLogger("statekeeper.worker.snapshots")
 STAGING_FOLDER = ".snapshot-staging"
 
 
-def snapshot_storage(settings: StatekeeperSettings) -> Any:
-    """The app's :class:`~statekeeper.snapshots.storage.SnapshotStorage` (created if needed)."""
-    from statekeeper.snapshots.storage import SnapshotStorage, snapshot_url_for
-
-    return SnapshotStorage(
-        snapshot_url_for(settings),
-        settings.application_id,
-        s3_endpoint=settings.snapshot_s3_endpoint,
-    )
-
-
 def restores_from_snapshots(settings: StatekeeperSettings) -> bool:
     """Whether a missing store is restored from a snapshot (else the whole changelog):
     ``restore_from_snapshots`` true, or unset with ``snapshot_url`` set or the default
@@ -82,7 +71,9 @@ class TaskSnapshots:
 
     def storage(self) -> Any:
         if self._storage is None:
-            self._storage = snapshot_storage(self.settings)
+            from statekeeper.snapshots.storage import storage_for
+
+            self._storage = storage_for(self.settings, create=True)
         return self._storage
 
     # -- taking --------------------------------------------------------------------------------

@@ -44,9 +44,9 @@ class StatekeeperAppHook(BaseHook):
 
     def snapshot_storage(self, create: bool = False) -> Any:
         """The app's SnapshotStorage; ``create`` makes its root where missing."""
-        from statekeeper.ops.targets import snapshot_storage
+        from statekeeper.snapshots import storage_for
 
-        return snapshot_storage(self.settings, create=create)
+        return storage_for(self.settings, create=create)
 
     def get_conn(self) -> Any:
         """Airflow's hook interface: the connection here is the app's settings."""
