@@ -20,12 +20,13 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: help venv install test test-chaos lint demo bench-restore bench-snapshot-restore bench-throughput lock clean distclean
+.PHONY: help venv install browser test test-chaos lint demo bench-restore bench-snapshot-restore bench-throughput lock clean distclean
 
 help:
 	@echo "make venv|install  create .venv and install requirements.lock + statekeeper (editable)"
 	@echo "make test          ruff, then the whole pytest suite (tests start their own servers;"
 	@echo "                   the kill -9 e2e kills each app 5 times at random)"
+	@echo "make browser       install Debian chromium + chromium-driver if missing (make test runs it)"
 	@echo "make test-chaos    only the e2e tests, 20 random kill -9s per app (seeds printed)"
 	@echo "make lint          ruff only"
 	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery"
@@ -56,7 +57,16 @@ $(STAMP): requirements.lock pyproject.toml | $(UV)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP)
+# The State stores page's browser test drives Debian's Chromium through chromium-driver
+# (selenium, offline: no driver download). CI runs as root on a clean machine.
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; \
+	fi
+
+test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
 
