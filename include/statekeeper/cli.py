@@ -370,6 +370,7 @@ def _spec_app(spec_file: str, **overrides: Any) -> tuple[Any, Any]:
 def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
     from statekeeper.ops.audit.changelog_audit import audit_changelogs
     from statekeeper.ops.audit.forecast import choose_restore_rate
+    from statekeeper.ops.audit.history import AuditHistory
     from statekeeper.snapshots.manifest import SnapshotError
 
     overrides = {"bootstrap_servers": args.bootstrap} if args.bootstrap else {}
@@ -410,6 +411,7 @@ def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
     finally:
         if session is not None:
             session.stop()
+    AuditHistory.under(settings.state_dir).append(report.to_dict())  # the State stores page
     _emit(args, report.to_dict(), "\n".join(_audit_lines(report)))
     if report.trim is not None and report.trim.refused is not None:
         print(f"statekeeper: --trim refused: {report.trim.refused}", file=sys.stderr)

@@ -36,6 +36,7 @@ class StatekeeperAuditOperator(StatekeeperAppOperator):
 
         from statekeeper.ops.audit.changelog_audit import audit_changelogs
         from statekeeper.ops.audit.forecast import choose_restore_rate
+        from statekeeper.ops.audit.history import AuditHistory
         from statekeeper.snapshots.manifest import SnapshotError
 
         fix = _as_bool(self.fix)
@@ -59,6 +60,7 @@ class StatekeeperAuditOperator(StatekeeperAppOperator):
             snapshots=storage,
             snapshots_note=note,
         )
+        AuditHistory.under(settings.state_dir).append(report.to_dict())  # the State stores page
         for change in report.applied:
             self.log.info(
                 "fixed %s: %s %s -> %s", change.topic, change.key, change.before, change.after
