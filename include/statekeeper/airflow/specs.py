@@ -37,6 +37,17 @@ def snapshot_asset(application_id: str) -> Asset:
     )
 
 
+def supervision_asset(application_id: str) -> Asset:
+    """``statekeeper://<app>/supervision``: the supervising task's inlet, whose asset state
+    store holds the app's launch identity, restart history and FAILED mark across DAG runs
+    (a task's own state store lasts one DAG run)."""
+    return Asset(
+        name=f"statekeeper_{application_id}_supervision",
+        uri=f"statekeeper://{application_id}/supervision",
+        group="statekeeper",
+    )
+
+
 def specs_dir() -> Path:
     """The folder of app specs: ``$STATEKEEPER_SPECS_DIR``, else the repo's spark_apps/."""
     return Path(os.environ.get(SPECS_DIR_ENV) or DEFAULT_SPECS_DIR)

@@ -7,6 +7,8 @@ topology: topology.py:build_topology       # "file.py:function" (relative to the
 params: {input_topic: lines}               # keyword arguments of that function
 settings: {max_records_per_batch: 100000}  # StatekeeperSettings fields
 spark: {conf: {spark.sql.shuffle.partitions: "4"}}
+enabled: true                              # false: the statekeeper_apps DAG keeps it stopped
+supervision: {stall_timeout_s: 300}        # its health thresholds (SupervisionConfig fields)
 ```
 Precedence: defaults < spec file < ``STATEKEEPER_*`` environment variables.
 
@@ -51,6 +53,11 @@ class AppSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     settings: dict[str, Any] = Field(default_factory=dict)
     spark: SparkSpec = Field(default_factory=SparkSpec)
+    #: Desired state for the supervising DAG (statekeeper_apps): run it, or keep it stopped.
+    enabled: bool = True
+    #: Supervision thresholds of this app (statekeeper.airflow.supervision.SupervisionConfig
+    #: fields), validated by the supervisor.
+    supervision: dict[str, Any] = Field(default_factory=dict)
 
     def resolved_settings(self, **overrides: Any) -> StatekeeperSettings:
         """Settings = defaults < spec < env < ``overrides`` (e.g. CLI flags)."""

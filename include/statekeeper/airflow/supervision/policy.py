@@ -1,0 +1,343 @@
+"""Health rules and restart policy of a supervised app, in the spirit of the Flink Kubernetes
+Operator's: pure functions over observations, no Airflow, no processes.
+
+- :class:`SupervisionConfig`: every threshold in one typed, validated model with defaults,
+  overridden per app (the spec's ``supervision:`` mapping) and per run (the DAG's
+  ``supervision`` param) through :func:`supervision_config`.
+- :class:`HealthMonitor`: fed one :class:`Observation` per check; returns the violated rules
+  (process gone, app ERROR, never started, status unresponsive, batch counter stalled while
+  input is pending, source lag growing for N consecutive checks) or nothing.
+- :func:`decide_restart`: restart after an exponential backoff, or FAILED when the restarts
+  within the window reached the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from statekeeper.errors import ConfigError
+
+#: App states in which the app reports batches (a stall is judged only there).
+RUNNING = "RUNNING"
+#: App states during start-up (restoring state can take long; no stall rule then).
+STARTING = ("CREATED", "REBALANCING", "RESTORING")
+
+
+class SupervisionConfig(BaseModel):
+    """Thresholds of one app's supervision (seconds unless named otherwise)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    check_interval_s: float = Field(10.0, gt=0, description="Seconds between health checks")
+    watch_period_s: float = Field(
+        240.0,
+        gt=0,
+        description="How long one reconcile step watches a healthy app before it succeeds "
+        "(the next scheduled run watches on); keep it below the DAG's schedule interval",
+    )
+    startup_timeout_s: float = Field(
+        180.0, gt=0, description="A launched app must publish its status within this"
+    )
+    stall_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="A RUNNING app whose batch counter does not advance this long while its "
+        "sources have records pending is stalled",
+    )
+    heartbeat_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="An app whose status endpoint does not answer and whose status file is "
+        "not rewritten this long is unresponsive (the driver rewrites it every ~2 s)",
+    )
+    lag_growth_checks: int = Field(
+        12, ge=0, description="Source lag growing for this many consecutive checks; 0: off"
+    )
+    max_restarts: int = Field(
+        5,
+        ge=0,
+        description="Restarts allowed within restart_window_s; one more failure marks the app "
+        "FAILED (not restarted until an operator asks: action=restart or redeploy)",
+    )
+    restart_window_s: float = Field(3600.0, gt=0, description="Window the restarts are counted in")
+    backoff_base_s: float = Field(10.0, ge=0, description="Delay before the first restart")
+    backoff_factor: float = Field(2.0, ge=1, description="Each further restart waits this × more")
+    backoff_max_s: float = Field(300.0, ge=0, description="Cap of the restart delay")
+    stop_timeout_s: float = Field(
+        60.0, gt=0, description="A graceful stop (SIGTERM) waits this long, then kill -9"
+    )
+    status_timeout_s: float = Field(2.0, gt=0, description="Timeout of one GET /status")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SupervisionConfig:
+        if self.backoff_max_s < self.backoff_base_s:
+            raise ValueError(
+                f"backoff_max_s ({self.backoff_max_s}) is below backoff_base_s "
+                f"({self.backoff_base_s})"
+            )
+        if self.watch_period_s < self.check_interval_s:
+            raise ValueError(
+                f"watch_period_s ({self.watch_period_s}) is below check_interval_s "
+                f"({self.check_interval_s}): no check would run"
+            )
+        return self
+
+
+def supervision_config(*layers: tuple[str, Mapping[str, Any] | None]) -> SupervisionConfig:
+    """The config from defaults overridden by each ``(source name, mapping)`` layer in turn
+    (e.g. ``("spec word_count.yaml", spec.supervision), ("DAG param supervision", {...})``).
+
+    Raises ConfigError naming the source and the field of each problem.
+    """
+    merged: dict[str, Any] = {}
+    known = set(SupervisionConfig.model_fields)
+    for source, layer in layers:
+        if layer is None:
+            continue
+        if not isinstance(layer, Mapping):
+            raise ConfigError(f"supervision settings from {source}: expected a mapping, got {layer!r}")
+        unknown = sorted(set(layer) - known)
+        if unknown:
+            raise ConfigError(
+                f"supervision settings from {source}: unknown {unknown}; known: {sorted(known)}"
+            )
+        try:
+            SupervisionConfig(**{**merged, **layer})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ConfigError(f"supervision settings from {source}: {problems}") from exc
+        merged.update(layer)
+    return SupervisionConfig(**merged)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One health check of a launched app.
+
+    ``process_alive`` is None when the process cannot be checked from here (another host);
+    ``status`` is the status document of *this* launch (None before it published one);
+    ``status_fresh_at`` is when that document was last produced by the live app (the time
+    its endpoint answered, or its status file's modification time).
+    """
+
+    at: float
+    process_alive: bool | None
+    process_detail: str = ""
+    status: dict[str, Any] | None = None
+    status_fresh_at: float | None = None
+    status_source: str | None = None  # "url" | "file"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken health rule: ``kind`` (process_gone, app_error, startup_timeout,
+    unresponsive, stalled, lag_growing) and a sentence for logs and the UI."""
+
+    kind: str
+    reason: str
+
+
+def batches_of(status: Mapping[str, Any] | None) -> int | None:
+    """The app's batch counter (micro-batches completed by this launch)."""
+    if not status:
+        return None
+    value = (status.get("throughput") or {}).get("batches")
+    return int(value) if value is not None else None
+
+
+def pending_records(status: Mapping[str, Any] | None) -> int | None:
+    """Records the app's sources hold beyond what it processed (sum of per-task source lag);
+    None while unknown."""
+    if not status:
+        return None
+    lags = [t.get("source_lag") for t in (status.get("task_live") or {}).values()]
+    known = [int(x) for x in lags if x is not None]
+    return sum(known) if known else None
+
+
+@dataclass
+class HealthMonitor:
+    """Evaluates the health rules over successive observations of one launch."""
+
+    config: SupervisionConfig
+    launched_at: float
+    _batches: int | None = None
+    _batches_since: float | None = None
+    _last_lag: int | None = None
+    _growth: int = 0
+    _lag_from: int | None = None
+
+    def observe(self, obs: Observation) -> list[Violation]:
+        """The rules ``obs`` violates (empty: healthy so far)."""
+        cfg = self.config
+        if obs.process_alive is False:
+            return [Violation("process_gone", f"process gone: {obs.process_detail}".rstrip(": "))]
+        status = obs.status
+        if status is None:
+            waited = obs.at - self.launched_at
+            if waited > cfg.startup_timeout_s:
+                return [
+                    Violation(
+                        "startup_timeout",
+                        f"no status {waited:.0f}s after launch "
+                        f"(startup_timeout_s={cfg.startup_timeout_s:g})",
+                    )
+                ]
+            return []
+        state = status.get("state")
+        if state == "ERROR":
+            return [Violation("app_error", f"app reported ERROR: {status.get('error') or '?'}")]
+        found: list[Violation] = []
+        fresh = obs.status_fresh_at if obs.status_fresh_at is not None else obs.at
+        silent = obs.at - fresh
+        if silent > cfg.heartbeat_timeout_s:
+            found.append(
+                Violation(
+                    "unresponsive",
+                    f"status unresponsive for {silent:.0f}s (endpoint silent, file not "
+                    f"rewritten; heartbeat_timeout_s={cfg.heartbeat_timeout_s:g})",
+                )
+            )
+        found += self._stall(obs, status)
+        found += self._lag_growth(status, obs)
+        return found
+
+    def _stall(self, obs: Observation, status: Mapping[str, Any]) -> list[Violation]:
+        batches = batches_of(status)
+        if batches != self._batches or self._batches_since is None:
+            self._batches, self._batches_since = batches, obs.at
+            return []
+        pending = pending_records(status)
+        stuck = obs.at - self._batches_since
+        if status.get("state") == RUNNING and pending and stuck > self.config.stall_timeout_s:
+            return [
+                Violation(
+                    "stalled",
+                    f"batch counter stalled at {batches} for {stuck:.0f}s while {pending} "
+                    f"records are pending (stall_timeout_s={self.config.stall_timeout_s:g})",
+                )
+            ]
+        return []
+
+    def _lag_growth(self, status: Mapping[str, Any], obs: Observation) -> list[Violation]:
+        need = self.config.lag_growth_checks
+        lag = pending_records(status)
+        if need == 0 or lag is None:
+            return []
+        if self._last_lag is not None and lag > self._last_lag:
+            if self._growth == 0:
+                self._lag_from = self._last_lag
+            self._growth += 1
+        elif self._last_lag is not None:
+            self._growth = 0
+        self._last_lag = lag
+        if self._growth >= need:
+            return [
+                Violation(
+                    "lag_growing",
+                    f"source lag grew for {self._growth} consecutive checks "
+                    f"({self._lag_from} -> {lag} records; lag_growth_checks={need})",
+                )
+            ]
+        return []
+
+
+def is_running_with_progress(
+    status: Mapping[str, Any] | None, batches_at_start: int | None, min_batches: int
+) -> bool:
+    """The sensor's condition: RUNNING, and either ``min_batches`` more batches than when the
+    wait began or nothing pending (an idle app that caught up runs no batch)."""
+    if not status or status.get("state") != RUNNING:
+        return False
+    batches = batches_of(status) or 0
+    if batches - (batches_at_start or 0) >= min_batches:
+        return True
+    return pending_records(status) == 0
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    """What to do about an unhealthy app: ``restart`` after ``backoff_s``, or ``fail``."""
+
+    action: str  # "restart" | "fail"
+    backoff_s: float
+    restarts_in_window: int
+    explanation: str
+
+
+def backoff_s(config: SupervisionConfig, previous_restarts: int) -> float:
+    """Delay before a restart when ``previous_restarts`` happened within the window:
+    ``base * factor ** previous``, capped at ``backoff_max_s``."""
+    return min(config.backoff_max_s, config.backoff_base_s * config.backoff_factor**previous_restarts)
+
+
+def restarts_within(
+    history: Sequence[Mapping[str, Any]], now: float, window_s: float
+) -> list[Mapping[str, Any]]:
+    """The restarts (``{"at": epoch seconds, ...}``) of ``history`` within the last window."""
+    return [r for r in history if now - float(r["at"]) <= window_s]
+
+
+def decide_restart(
+    config: SupervisionConfig, history: Sequence[Mapping[str, Any]], now: float
+) -> RestartDecision:
+    """Restart with exponential backoff, unless the restarts within ``restart_window_s``
+    already reached ``max_restarts``: then the app is to be marked FAILED."""
+    recent = restarts_within(history, now, config.restart_window_s)
+    if len(recent) >= config.max_restarts:
+        return RestartDecision(
+            "fail",
+            0.0,
+            len(recent),
+            f"{len(recent)} restart(s) within {config.restart_window_s:g}s reached "
+            f"max_restarts={config.max_restarts}",
+        )
+    delay = backoff_s(config, len(recent))
+    return RestartDecision(
+        "restart",
+        delay,
+        len(recent),
+        f"restart {len(recent) + 1} of at most {config.max_restarts} within "
+        f"{config.restart_window_s:g}s, after {delay:g}s backoff",
+    )
+
+
+@dataclass
+class SupervisionRecord:
+    """What supervision remembers about an app across runs: the running launch's identity
+    (a JSON dict, see ``process.AppProcessIdentity``), restart history, the FAILED mark and
+    whether an operator stopped it."""
+
+    application_id: str
+    identity: dict[str, Any] | None = None
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    failed: dict[str, Any] | None = None
+    stopped: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "application_id": self.application_id,
+            "identity": self.identity,
+            "restarts": self.restarts[-50:],  # bounded: the window needs only the recent ones
+            "failed": self.failed,
+            "stopped": self.stopped,
+        }
+
+    @classmethod
+    def from_json(cls, application_id: str, doc: Any) -> SupervisionRecord:
+        if not isinstance(doc, Mapping):
+            return cls(application_id)
+        return cls(
+            application_id,
+            identity=doc.get("identity"),
+            restarts=list(doc.get("restarts") or []),
+            failed=doc.get("failed"),
+            stopped=doc.get("stopped"),
+        )

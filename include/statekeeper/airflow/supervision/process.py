@@ -1,0 +1,200 @@
+"""A detached app process: its identity, whether it still runs, and stopping it.
+
+The identity is the launched process's pid *and* its start time (``/proc/<pid>/stat`` field
+22, clock ticks since boot) plus the boot id, so a pid the kernel reused for another
+process is never taken for the app (nor signalled). The launched process leads its own
+session and process group (``start_new_session``): the group holds the Spark JVM, the
+Python driver and the Python workers, so one ``killpg`` takes down all of them.
+
+Linux only (``/proc``); from another host (``host`` differs) the process cannot be checked
+and callers get ``None``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str:
+    """This machine's boot id ('' where unknown)."""
+    try:
+        return _BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """``(state letter, start time in ticks)`` of ``pid``, or None when there is no such
+    process. The command name (field 2) may hold spaces and parentheses: split after the
+    last ')'."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return fields[0], int(fields[19])
+
+
+@dataclass(frozen=True)
+class AppProcessIdentity:
+    """One launch of an app: enough to find it again from another task or DAG run."""
+
+    application_id: str
+    pid: int
+    start_ticks: int
+    boot_id: str
+    host: str
+    launched_at: float
+    log_path: str
+    status_file: str
+    command: list[str] = field(default_factory=list)
+    upgrade_mode: str | None = None
+
+    @classmethod
+    def of_launched(
+        cls, application_id: str, pid: int, launched_at: float, log_path: str, status_file: str,
+        command: list[str], upgrade_mode: str | None = None,
+    ) -> AppProcessIdentity:  # fmt: skip
+        stat = proc_stat(pid)
+        return cls(
+            application_id,
+            pid,
+            stat[1] if stat else -1,
+            boot_id(),
+            socket.gethostname(),
+            launched_at,
+            log_path,
+            status_file,
+            list(command),
+            upgrade_mode,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> AppProcessIdentity:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in doc.items() if k in known})
+
+    @property
+    def local(self) -> bool:
+        """Whether this machine launched it (its pid means something here)."""
+        return self.host == socket.gethostname() and self.boot_id == boot_id()
+
+    def alive(self) -> tuple[bool | None, str]:
+        """``(running?, why)``; None when the process is on another host or machine boot."""
+        if not self.local:
+            return None, f"launched on {self.host} (boot {self.boot_id[:8]}), checked elsewhere"
+        stat = proc_stat(self.pid)
+        if stat is None:
+            return False, f"pid {self.pid} exited"
+        state, ticks = stat
+        if ticks != self.start_ticks:
+            return False, f"pid {self.pid} exited (the pid now belongs to another process)"
+        if state in ("Z", "X"):
+            _reap(self.pid)
+            return False, f"pid {self.pid} exited (zombie)"
+        return True, f"pid {self.pid} running (state {state})"
+
+    def group_may_be_signalled(self) -> bool:
+        """The process group may be signalled: its leader is ours or gone. A pid is never
+        reused while a process group of that id has members, so a gone leader's group is
+        still ours; a leader pid that now belongs to another process is not."""
+        stat = proc_stat(self.pid)
+        return self.local and (stat is None or stat[1] == self.start_ticks)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status of ``pid`` if it is this process's child (no zombie left)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def kill_group(identity: AppProcessIdentity, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` to the app's whole process group; False when nothing was signalled."""
+    if not identity.group_may_be_signalled():
+        return False
+    try:
+        os.killpg(identity.pid, sig)
+    except ProcessLookupError:
+        return False
+    _reap(identity.pid)
+    return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def wait_group_gone(identity: AppProcessIdentity, timeout_s: float, poll_s: float = 0.2) -> bool:
+    """Wait until no live process of the app's group is left; False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _reap(identity.pid)
+        if not group_members(identity.pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """How a stop went: ``graceful`` (exited after SIGTERM), ``killed`` (kill -9 after the
+    timeout), or ``not_running``; ``signalled`` names the process that got SIGTERM."""
+
+    outcome: str
+    signalled: str
+    seconds: float
+
+
+def stop_app(
+    identity: AppProcessIdentity,
+    timeout_s: float,
+    *,
+    driver_pid: int | None = None,
+) -> StopResult:
+    """Stop gracefully: SIGTERM, wait up to ``timeout_s`` for the whole group to exit, then
+    kill -9 the group.
+
+    SIGTERM goes to the Python driver (``driver_pid``, from the app's status) when it is a
+    member of the app's group: the driver finishes the running batch, commits and stops its
+    query, and spark-submit's JVM then exits by itself. Without a driver pid it goes to the
+    launched spark-submit process.
+    """
+    started = time.monotonic()
+    alive, _ = identity.alive()
+    if not alive and not (identity.group_may_be_signalled() and group_members(identity.pid)):
+        return StopResult("not_running", "", 0.0)
+    target, name = identity.pid, f"spark-submit (pid {identity.pid})"
+    if driver_pid and driver_pid in group_members(identity.pid):
+        target, name = driver_pid, f"the Python driver (pid {driver_pid})"
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(target, signal.SIGTERM)
+    if wait_group_gone(identity, timeout_s):
+        return StopResult("graceful", name, time.monotonic() - started)
+    kill_group(identity)
+    wait_group_gone(identity, 30.0)
+    return StopResult("killed", name, time.monotonic() - started)
