@@ -30,6 +30,10 @@ help:
 	@echo "make test-chaos    only the e2e tests, 20 random kill -9s per app (seeds printed)"
 	@echo "make lint          ruff only"
 	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery"
+	@echo "make up            the embedded platform on 127.0.0.1 (broker + Airflow, DAGs unpaused,"
+	@echo "                   apps launched) under var/platform; prints the UI address and login"
+	@echo "make down          stop everything make up started (by PID files)"
+	@echo "make status        what runs: service, pid, port, uptime (exit 3 if something is down)"
 	@echo "make bench-restore run the restore benchmark (prints JSON)"
 	@echo "make bench-snapshot-restore  snapshot + 10k tail vs full replay, 5M records/1M keys (JSON)"
 	@echo "make bench-throughput  statekeeper vs Spark stateful peers on 1M records (JSON, ~10 min)"
@@ -77,6 +81,17 @@ test-chaos: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m spark_apps.patient_monitoring.demo
 
+# Ports: AIRFLOW_PORT / BROKER_PORT (default: the last ones used, else 8080 / 9092).
+up: $(STAMP)
+	$(VENV)/bin/statekeeper platform up $(if $(AIRFLOW_PORT),--airflow-port $(AIRFLOW_PORT)) \
+		$(if $(BROKER_PORT),--broker-port $(BROKER_PORT))
+
+down:
+	@if [ -x $(VENV)/bin/statekeeper ]; then $(VENV)/bin/statekeeper platform down; fi
+
+status:
+	@$(VENV)/bin/statekeeper platform status
+
 bench-restore: $(STAMP)
 	$(PY) benchmarks/restore_bench.py
 
@@ -91,6 +106,7 @@ lock: | $(UV)
 
 clean:
 	@if [ -x $(VENV)/bin/statekeeper ]; then $(VENV)/bin/statekeeper broker stop || true; fi
+	@if [ -x $(VENV)/bin/statekeeper ]; then $(VENV)/bin/statekeeper platform down || true; fi
 	rm -rf build .pytest_cache .ruff_cache var spark-warehouse benchmarks/results
 	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name '*.egg-info' \) \
 		-prune -exec rm -rf {} +

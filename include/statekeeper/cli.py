@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_snapshot(commands)
     _add_restore(commands)
     _add_drill(commands)
+    _add_platform(commands)
     return parser
 
 
@@ -948,6 +949,57 @@ def _cmd_drill(args: argparse.Namespace) -> int:
     lines += [f"  FAIL {line}" for line in record.failures()] if not record.passed else []
     _emit(args, record.as_dict(), "\n".join(lines))
     return EXIT_OK if record.passed else 1
+
+
+# --- platform (make up / down / status) ---------------------------------------------------
+
+
+def _add_platform(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    platform = _subcommand(commands, "platform", "the embedded broker + Airflow on 127.0.0.1")
+    actions = platform.add_subparsers(title="actions", metavar="ACTION")
+    for name, text, handler in (
+        ("up", "start what is not running, unpause the DAGs, launch the apps", _cmd_platform_up),
+        ("down", "stop every process the platform started", _cmd_platform_down),
+        ("status", "what runs (exit code 3 when something is down)", _cmd_platform_status),
+    ):
+        sub = _subcommand(actions, name, text, handler)
+        sub.add_argument("--root", type=Path, default=Path("var/platform"), help="run folder")
+        if name == "up":
+            sub.add_argument("--airflow-port", type=int, help="default: last used, else 8080")
+            sub.add_argument("--broker-port", type=int, help="default: last used, else 9092")
+            sub.add_argument("--timeout", type=float, default=110.0, help="seconds to come up")
+
+
+def _cmd_platform_up(args: argparse.Namespace) -> int:
+    from statekeeper.platform import PlatformConfig, up
+    from statekeeper.platform.report import up_text
+
+    config = PlatformConfig.load(
+        args.root, airflow_port=args.airflow_port, broker_port=args.broker_port
+    )
+    say = (lambda _: None) if args.json else (lambda line: print(line, flush=True))
+    result = up(config, timeout_s=args.timeout, say=say)
+    _emit(args, result, up_text(result))
+    return EXIT_OK
+
+
+def _cmd_platform_down(args: argparse.Namespace) -> int:
+    from statekeeper.platform import PlatformConfig, down
+
+    say = (lambda _: None) if args.json else (lambda line: print(line, flush=True))
+    result = down(PlatformConfig.load(args.root), say=say)
+    left = result["left"]
+    _emit(args, result, f"platform down{'; STILL RUNNING: ' + str(left) if left else ''}")
+    return EXIT_ERROR if left else EXIT_OK
+
+
+def _cmd_platform_status(args: argparse.Namespace) -> int:
+    from statekeeper.platform import PlatformConfig, status
+    from statekeeper.platform.report import status_text
+
+    result = status(PlatformConfig.load(args.root))
+    _emit(args, result, status_text(result))
+    return EXIT_OK if result["running"] else EXIT_NOT_RUNNING
 
 
 if __name__ == "__main__":

@@ -1,0 +1,366 @@
+"""``up``, ``down`` and ``status`` of the embedded platform: the broker and Airflow on
+127.0.0.1, with the statekeeper DAGs unpaused and the apps DAG triggered.
+
+``up`` is idempotent: it starts only what is not running (a second ``up`` starts nothing).
+``down`` stops the services by their PID files (SIGTERM, wait, SIGKILL), scheduler first so
+nothing new is launched, then sweeps every process still carrying the platform's marker (the
+Spark apps the DAGs launched, task runners), the broker last so apps can stop cleanly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from statekeeper.errors import StatekeeperError
+from statekeeper.kafka import embedded
+from statekeeper.platform import airflow_api
+from statekeeper.platform.airflow_env import admin_password, platform_env
+from statekeeper.platform.layout import PlatformConfig
+from statekeeper.platform.processes import (
+    MARKER_ENV,
+    ProcessRecord,
+    exited_early,
+    processes_of,
+    start_process,
+    stop_pids,
+    stop_process,
+    sweep,
+)
+from statekeeper.platform.services import BROKER, Service, airflow_binary, airflow_services
+
+#: The DAG that launches and supervises the apps (dags/statekeeper_apps.py).
+APPS_DAG = "statekeeper_apps"
+DAG_PREFIX = "statekeeper_"
+
+Say = Callable[[str], None]
+
+
+class PlatformError(StatekeeperError):
+    """The platform could not be started or stopped; the message names the logs to read."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _marked_environ(config: PlatformConfig) -> Iterator[None]:
+    """Processes started in-process (the broker) inherit the platform's marker."""
+    old = os.environ.get(MARKER_ENV)
+    os.environ[MARKER_ENV] = str(config.root)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(MARKER_ENV, None)
+        else:
+            os.environ[MARKER_ENV] = old
+
+
+def expected_dags(config: PlatformConfig) -> list[str]:
+    """The statekeeper DAG ids the dags/ folder defines (one DAG per file, named like it)."""
+    return sorted(p.stem for p in (config.repo / "dags").glob(f"{DAG_PREFIX}*.py"))
+
+
+# -- up ------------------------------------------------------------------------------------
+
+
+def _start_broker(config: PlatformConfig, say: Say) -> bool:
+    status = embedded.broker_status(config.broker_run_dir)
+    if status["running"]:
+        say(f"broker already running on {status['bootstrap_servers']} (pid {status['tansu_pid']})")
+        return False
+    if not _port_free(config.broker_port):
+        raise PlatformError(
+            f"port {config.broker_port} on 127.0.0.1 is in use (another broker? "
+            "`statekeeper broker stop`); choose another: make up BROKER_PORT=<port>"
+        )
+    with _marked_environ(config):
+        broker = embedded.EmbeddedBroker(
+            config.broker_port,
+            data_dir=config.broker_data_dir,
+            run_dir=config.broker_run_dir,
+            detach=True,
+        ).start()
+    say(f"broker on {broker.bootstrap_servers} (pid {broker.state.tansu_pid})")  # type: ignore[union-attr]
+    return True
+
+
+def _migrate(config: PlatformConfig, env: dict[str, str], say: Say) -> None:
+    log = config.log_file("airflow-db-migrate")
+    started = time.monotonic()
+    with open(log, "ab") as out:
+        done = subprocess.run(
+            [airflow_binary(), "db", "migrate"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=config.root,
+            timeout=120,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise PlatformError(f"airflow db migrate failed; see {log}:\n{_tail(log)}")
+    say(f"airflow db migrate: {time.monotonic() - started:.1f} s (SQLite, {config.airflow_home})")
+
+
+def _running(config: PlatformConfig, service: str) -> ProcessRecord | None:
+    record = ProcessRecord.read(config.pid_file(service))
+    return record if record is not None and record.alive() else None
+
+
+def _start_airflow(config: PlatformConfig, env: dict[str, str], say: Say) -> list[ProcessRecord]:
+    missing: list[Service] = [s for s in airflow_services(config) if not _running(config, s.name)]
+    if not missing:
+        say("Airflow already running")
+        return []
+    for service in missing:
+        if service.port is not None and not _port_free(service.port):
+            raise PlatformError(
+                f"port {service.port} on 127.0.0.1 (for the {service.name}) is in use; "
+                "choose another: make up AIRFLOW_PORT=<port>"
+            )
+    _migrate(config, env, say)
+    started = []
+    for service in missing:
+        record = start_process(
+            service.name,
+            service.argv,
+            env=env,
+            log=config.log_file(service.name),
+            pid_file=config.pid_file(service.name),
+            cwd=config.root,
+            port=service.port,
+        )
+        started.append(record)
+        say(f"{service.name}: pid {record.pid}, log {record.log}")
+    return started
+
+
+def _wait_healthy(config: PlatformConfig, started: list[ProcessRecord], deadline: float) -> None:
+    while True:
+        for record in started:
+            if exited_early(record):
+                raise PlatformError(
+                    f"the {record.name} exited while starting; see {record.log}:\n"
+                    f"{_tail(Path(record.log))}"
+                )
+        report = airflow_api.health(config.ui_url)
+        bad = airflow_api.unhealthy_components(report)
+        if not bad:
+            return
+        if time.monotonic() > deadline:
+            logs = ", ".join(str(config.log_file(s.name)) for s in airflow_services(config))
+            raise PlatformError(
+                f"Airflow not healthy in time at {config.ui_url} (not yet: {', '.join(bad)}); "
+                f"logs: {logs}"
+            )
+        time.sleep(0.5)
+
+
+def _wait_for_dags(
+    client: airflow_api.AirflowClient, wanted: list[str], deadline: float
+) -> dict[str, dict[str, Any]]:
+    while True:
+        dags = client.dags()
+        missing = [d for d in wanted if d not in dags]
+        if not missing:
+            return dags
+        errors = [e for e in client.import_errors() if any(m in e["filename"] for m in missing)]
+        if errors:
+            first = errors[0]
+            raise PlatformError(
+                f"DAG file {first['filename']} does not import:\n{first['stack_trace'][-1500:]}"
+            )
+        if time.monotonic() > deadline:
+            raise PlatformError(f"DAGs not registered in time: {', '.join(missing)}")
+        time.sleep(0.5)
+
+
+def up(config: PlatformConfig, *, timeout_s: float = 110.0, say: Say = _quiet) -> dict[str, Any]:
+    """Start what is not running, wait until Airflow is healthy and the statekeeper DAGs are
+    registered, unpause them and trigger the apps DAG. Raises PlatformError naming the logs
+    when something does not come up within ``timeout_s``."""
+    started_at = time.monotonic()
+    deadline = started_at + timeout_s
+    for folder in (config.run_dir, config.logs_dir, config.airflow_home):
+        folder.mkdir(parents=True, exist_ok=True)
+    config.save()
+    password = admin_password(config)
+    env = platform_env(config)
+
+    broker_started = _start_broker(config, say)
+    started = _start_airflow(config, env, say)
+    _wait_healthy(config, started, deadline)
+    healthy_s = time.monotonic() - started_at
+    say(f"Airflow healthy at {config.ui_url} after {healthy_s:.1f} s")
+
+    client = airflow_api.AirflowClient(config.ui_url, config.admin_user, password)
+    wanted = expected_dags(config)
+    dags = _wait_for_dags(client, wanted, deadline)
+    unpaused = []
+    for dag_id in wanted:
+        if dags[dag_id]["is_paused"]:
+            client.unpause(dag_id)
+            unpaused.append(dag_id)
+    say(f"DAGs registered: {', '.join(wanted)} (unpaused now: {', '.join(unpaused) or 'none'})")
+
+    notes = []
+    apps_run = None
+    if APPS_DAG in dags:
+        if not client.active_runs(APPS_DAG):
+            apps_run = client.trigger(APPS_DAG)
+            say(f"{APPS_DAG}: triggered {apps_run} (apps of {config.apps_specs_dir})")
+        else:
+            say(f"{APPS_DAG}: a run is already active")
+    else:
+        notes.append(f"no {APPS_DAG} DAG in {config.repo / 'dags'}: no app launched")
+        say(notes[-1])
+    return {
+        "ui": config.ui_url,
+        "username": config.admin_user,
+        "password": password,
+        "bootstrap_servers": config.bootstrap_servers,
+        "root": str(config.root),
+        "started": [r.name for r in started] + ([BROKER] if broker_started else []),
+        "dags": wanted,
+        "unpaused": unpaused,
+        "apps_run": apps_run,
+        "seconds": round(time.monotonic() - started_at, 1),
+        "healthy_after_s": round(healthy_s, 1),
+        "notes": notes,
+    }
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+def status(config: PlatformConfig) -> dict[str, Any]:
+    """Each service (pid, port, uptime, running), the apps' processes and Airflow's health;
+    ``running`` is true only when every service runs."""
+    now = time.time()
+    rows: list[dict[str, Any]] = []
+    broker = embedded.broker_status(config.broker_run_dir)
+    rows.append(
+        {
+            "service": BROKER,
+            "running": bool(broker["running"]),
+            "pid": broker.get("tansu_pid"),
+            "port": broker.get("port"),
+            "uptime_s": broker.get("uptime_s") if broker["running"] else None,
+            "log": str(config.broker_run_dir / embedded.TANSU_LOG),
+        }
+    )
+    service_pids: set[int] = {p for p in (broker.get("tansu_pid"), broker.get("s3_pid")) if p}
+    for service in airflow_services(config):
+        record = ProcessRecord.read(config.pid_file(service.name))
+        alive = record is not None and record.alive()
+        if record is not None:
+            service_pids.add(record.pid)
+        rows.append(
+            {
+                "service": service.name,
+                "running": alive,
+                "pid": record.pid if record else None,
+                "port": service.port,
+                "uptime_s": round(now - record.started_at, 1) if alive and record else None,
+                "log": str(config.log_file(service.name)),
+            }
+        )
+    apps = [
+        pid
+        for pid in processes_of(config.root)
+        if "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid)
+    ]
+    running = all(r["running"] for r in rows)
+    report = airflow_api.health(config.ui_url) if running else None
+    return {
+        "running": running,
+        "ui": config.ui_url,
+        "username": config.admin_user,
+        "bootstrap_servers": config.bootstrap_servers,
+        "root": str(config.root),
+        "services": rows,
+        "spark_apps": apps,
+        "health": report,
+    }
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+# -- down ----------------------------------------------------------------------------------
+
+
+def down(config: PlatformConfig, *, timeout_s: float = 20.0, say: Say = _quiet) -> dict[str, Any]:
+    """Stop every platform process: Airflow (scheduler first), the apps and any other
+    descendant, then the broker. Returns what was stopped and what was still alive after
+    (``left``, expected empty)."""
+    stopped: list[dict[str, Any]] = []
+    for service in reversed(airflow_services(config)):
+        pid_file = config.pid_file(service.name)
+        record = ProcessRecord.read(pid_file)
+        if record is None:
+            continue
+        was_alive = record.alive()
+        killed = stop_process(record, timeout_s)
+        pid_file.unlink(missing_ok=True)
+        if was_alive:
+            stopped.append({"service": service.name, "pid": record.pid, "killed": killed})
+            say(f"stopped {service.name} (pid {record.pid}){' with SIGKILL' if killed else ''}")
+
+    broker = embedded.read_state(config.broker_run_dir)
+    broker_pids = {p for p in ((broker.tansu_pid, broker.s3_pid) if broker else ()) if p}
+    # Apps launched by the DAGs, task runners: everything else carrying the marker.
+    others = [p for p in processes_of(config.root) if p not in broker_pids]
+    if others:
+        swept = stop_pids(others, timeout_s)
+        stopped.append({"service": "other", "pids": others, "killed": swept})
+        say(f"stopped {len(others)} more platform process(es): {others}")
+
+    result = embedded.stop_broker(config.broker_run_dir, timeout_s)
+    if result.get("was_running"):
+        stopped.append({"service": BROKER, "pid": result.get("tansu_pid")})
+        say(f"stopped the broker (pid {result.get('tansu_pid')})")
+
+    left = sweep(config.root, timeout_s)
+    if left:
+        say(f"killed {len(left)} leftover process(es): {left}")
+    left_after = processes_of(config.root)
+    return {"stopped": stopped, "swept": left, "left": left_after, "root": str(config.root)}
+
+
+def sweep_pids(pids: list[int], timeout_s: float) -> list[int]:
+    """SIGTERM ``pids``, wait, SIGKILL the rest; returns the killed ones."""
+    from statekeeper.platform.processes import _stop_pids
+
+    return _stop_pids(pids, timeout_s)
