@@ -40,7 +40,9 @@ def entry_point(spec_path: str | Path) -> Path:
 
 def status_file_of(settings: Any) -> Path:
     """Where the app writes its status (settings.status_file or <state_dir>/<app>/status.json)."""
-    path = settings.status_file or Path(settings.state_dir) / settings.application_id / "status.json"
+    path = (
+        settings.status_file or Path(settings.state_dir) / settings.application_id / "status.json"
+    )
     return Path(path).absolute()
 
 
@@ -92,7 +94,9 @@ class StatekeeperSparkAppHook(StatekeeperAppHook):
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *[p for p in paths if p != PACKAGE_ROOT]])
+        env["PYTHONPATH"] = os.pathsep.join(
+            [PACKAGE_ROOT, *[p for p in paths if p != PACKAGE_ROOT]]
+        )
         env.pop("PYSPARK_SUBMIT_ARGS", None)  # for pyspark-launched JVMs, not spark-submit
         env.pop("STATEKEEPER_DIE_WITH_PARENT", None)  # detached: outlives the task
         return env

@@ -99,7 +99,9 @@ def supervision_config(*layers: tuple[str, Mapping[str, Any] | None]) -> Supervi
         if layer is None:
             continue
         if not isinstance(layer, Mapping):
-            raise ConfigError(f"supervision settings from {source}: expected a mapping, got {layer!r}")
+            raise ConfigError(
+                f"supervision settings from {source}: expected a mapping, got {layer!r}"
+            )
         unknown = sorted(set(layer) - known)
         if unknown:
             raise ConfigError(
@@ -275,7 +277,9 @@ class RestartDecision:
 def backoff_s(config: SupervisionConfig, previous_restarts: int) -> float:
     """Delay before a restart when ``previous_restarts`` happened within the window:
     ``base * factor ** previous``, capped at ``backoff_max_s``."""
-    return min(config.backoff_max_s, config.backoff_base_s * config.backoff_factor**previous_restarts)
+    return min(
+        config.backoff_max_s, config.backoff_base_s * config.backoff_factor**previous_restarts
+    )
 
 
 def restarts_within(
