@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 
 from statekeeper.airflow.operators.base import StatekeeperAppOperator
+from statekeeper.airflow.plugin.links import XCOM_KEY, DrillReportLink
 
 
 class StatekeeperDrillOperator(StatekeeperAppOperator):
@@ -16,8 +17,11 @@ class StatekeeperDrillOperator(StatekeeperAppOperator):
     ``from_snapshot``: a snapshot id, ``latest`` (the newest verified one) or ``none`` (full
     changelog replay). ``report_dir``: where the record, report.html and Data Docs go (default
     under the state root). Returns the drill record; raises AirflowException naming the failed
-    checks when the drill fails (the record and report are written either way).
+    checks when the drill fails (the record and report are written either way); its "Drill
+    report" link opens the report on the State stores page, passed or failed.
     """
+
+    operator_extra_links = (DrillReportLink(),)
 
     template_fields: Sequence[str] = (
         *StatekeeperAppOperator.template_fields,
@@ -47,6 +51,10 @@ class StatekeeperDrillOperator(StatekeeperAppOperator):
             report_dir=Path(self.report_dir) if self.report_dir else None,
             from_snapshot=self.from_snapshot,
             say=lambda line: self.log.info("drill: %s", line),
+        )
+        # Before pass/fail: the link of a failed drill opens its report too.
+        context["ti"].xcom_push(
+            key=XCOM_KEY, value={"app": record.app, "drill_id": record.drill_id}
         )
         self.log.info(
             "%s: drill %s %s, RTO %.3f s; report %s",

@@ -1,0 +1,146 @@
+"""The State stores FastAPI app, mounted by Airflow's api-server at :data:`URL_PREFIX`.
+
+Routes (all ``GET``):
+
+- ``/`` — the page (HTML; its CSS and JS from ``/static/<file>``);
+- ``/api/overview`` — every app's overview (:func:`statekeeper.ops.overview.gather_overview`)
+  with the drills' report and Data Docs URLs added;
+- ``/api/apps/{app}`` — one app's overview;
+- ``/drills/{app}/{drill_id}/{path}`` — a file of that drill's report directory (report.html,
+  record.json, data_docs/...), as the drill history records the directory.
+
+Airflow mounts plugin apps without its auth, so the whole app depends on Airflow's own check
+(:func:`airflow.api_fastapi.core_api.security.requires_access_view` for the ``PLUGINS``
+view): the user comes from a Bearer token or the UI's ``_token`` cookie, and a request
+without one is refused (401, 403 for a bad token or a user without the view). The OpenAPI
+and docs routes are off, so no route answers without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+from airflow.api_fastapi.core_api.security import requires_access_view
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse
+
+from statekeeper.airflow.plugin.links import URL_PREFIX, drill_report_path
+from statekeeper.errors import ConfigError
+
+__all__ = ["EXTERNAL_VIEW", "URL_PREFIX", "create_app", "fastapi_app_entry"]
+
+STATIC = Path(__file__).resolve().parent / "static"
+#: The page's own files, the only ones ``/static`` serves.
+STATIC_FILES = {
+    "state_stores.css": "text/css",
+    "state_stores.js": "text/javascript",
+}
+#: The nav entry: "State stores" in the Airflow UI's nav, rendering the page inside the UI
+#: at ``/plugin/state-stores``.
+EXTERNAL_VIEW = {
+    "name": "State stores",
+    "href": f"{URL_PREFIX}/",
+    "url_route": "state-stores",
+    "destination": "nav",
+    "nav_top_level": True,
+}
+
+#: Returns the app spec paths to show (read per request: a new spec shows up at once).
+SpecPaths = Callable[[], list[str]]
+
+
+def discovered_spec_paths() -> list[str]:
+    """The specs the DAGs drive (``$STATEKEEPER_SPECS_DIR``, :mod:`statekeeper.airflow.specs`)."""
+    from statekeeper.airflow.specs import discover_apps
+
+    return [target.spec_path for target in discover_apps()]
+
+
+def create_app(spec_paths: SpecPaths = discovered_spec_paths) -> FastAPI:
+    """The State stores app over the specs ``spec_paths()`` returns; every route requires an
+    Airflow user allowed the PLUGINS view."""
+    app = FastAPI(
+        title="statekeeper State stores",
+        dependencies=[Depends(requires_access_view(AccessView.PLUGINS))],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> HTMLResponse:
+        return HTMLResponse((STATIC / "state_stores.html").read_text())
+
+    @app.get("/static/{name}")
+    def static(name: str) -> FileResponse:
+        if name not in STATIC_FILES:
+            raise HTTPException(404, f"no static file {name!r}")
+        return FileResponse(STATIC / name, media_type=STATIC_FILES[name])
+
+    @app.get("/api/overview")
+    def overview() -> dict[str, Any]:
+        from statekeeper.ops.overview import gather_overview
+
+        data = gather_overview(spec_paths())
+        for entry in data["apps"]:
+            _add_links(entry)
+        return data
+
+    @app.get("/api/apps/{application_id}")
+    def one_app(application_id: str) -> dict[str, Any]:
+        from statekeeper.ops.overview import app_overview
+        from statekeeper.ops.overview.overview import spec_of
+
+        try:
+            path = spec_of(spec_paths(), application_id)
+        except ConfigError as exc:
+            raise HTTPException(404, str(exc)) from None
+        return _add_links(app_overview(path))
+
+    @app.get("/drills/{application_id}/{drill_id}/{file_path:path}")
+    def drill_file(application_id: str, drill_id: str, file_path: str) -> FileResponse:
+        from statekeeper.ops.overview import drill_report_dir
+
+        try:
+            root = drill_report_dir(spec_paths(), application_id, drill_id)
+        except ConfigError as exc:
+            raise HTTPException(404, str(exc)) from None
+        return FileResponse(report_file(root, file_path or "report.html"))
+
+    return app
+
+
+def report_file(root: Path, relative: str) -> Path:
+    """``relative`` inside the report directory ``root``; HTTPException 404 for a path that
+    leaves it (``..``, absolute, a symlink out), names a hidden entry (the kept sandbox), or
+    is not a file."""
+    parts = PurePosixPath(relative).parts
+    if (
+        not parts
+        or relative.startswith("/")
+        or any(p in ("..", "") or p.startswith(".") for p in parts)
+    ):
+        raise HTTPException(404, f"no report file {relative!r}")
+    base = root.resolve()
+    target = base.joinpath(*parts).resolve()
+    if not target.is_relative_to(base) or not target.is_file():
+        raise HTTPException(404, f"no report file {relative!r}")
+    return target
+
+
+def _add_links(app: dict[str, Any]) -> dict[str, Any]:
+    """Each drill row gets ``urls``: its report files' routes (report, Data Docs)."""
+    for drill in app.get("drills") or []:
+        drill["urls"] = {
+            name: drill_report_path(app["application_id"], drill["drill_id"], rel)
+            for name, rel in (drill.get("files") or {}).items()
+        }
+    return app
+
+
+def fastapi_app_entry() -> dict[str, Any]:
+    """The plugin's ``fastapi_apps`` entry."""
+    return {"app": create_app(), "url_prefix": URL_PREFIX, "name": "statekeeper State stores"}
