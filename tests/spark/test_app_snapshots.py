@@ -61,6 +61,58 @@ def _caught_up(app: StatekeeperApp, ends_reader: LogEndReader) -> bool:
     return all(committed.get(f"{t}:{p}", -1) >= end for (t, p), end in ends.items())
 
 
+def _metrics_agree(url: str) -> bool:
+    """Scrape ``/metrics`` between two reads of ``/status``; True when both reads agree and
+    the scrape shows their records, batches, zero lag, commits and store operations."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+    from prometheus_client.parser import text_string_to_metric_families
+
+    before = _status(url)
+    with urllib.request.urlopen(url.rsplit("/", 1)[0] + "/metrics", timeout=5) as resp:
+        assert resp.headers["Content-Type"] == CONTENT_TYPE_LATEST
+        text = resp.read().decode()
+    after = _status(url)
+    lag = [p["end"] - p["position"] for p in after["source_partitions"]]
+    if before["totals"] != after["totals"] or any(lag):
+        return False  # a batch or a lag refresh in between: scrape again
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float:
+        return found[(name, tuple(sorted({"app": "snap-app", **labels}.items())))]
+
+    assert value("statekeeper_up") == 1
+    assert value("statekeeper_app_state", statekeeper_app_state="RUNNING") == 1
+    records = value("statekeeper_records_processed_total")
+    assert records == after["totals"]["records_processed"] >= 600 + TAIL_LINES
+    assert value("statekeeper_batches_total") == after["throughput"]["batches"] > 0
+    assert len(after["source_partitions"]) == 4  # lines and the repartition topic, 2 each
+    for p in after["source_partitions"]:
+        labels = {"task": p["task"], "topic": p["topic"], "partition": str(p["partition"])}
+        assert value("statekeeper_source_lag_records", **labels) == 0
+    for tid, task in after["tasks"].items():
+        assert value("statekeeper_task_source_lag_records", task=tid) == 0
+        commits = task["commits"]
+        assert commits["count"] > 0 and commits["last_seconds"] > 0
+        summary = "statekeeper_task_commit_duration_seconds"
+        assert value(f"{summary}_count", task=tid) == commits["count"]
+        assert value(f"{summary}_sum", task=tid) == pytest.approx(commits["seconds_sum"])
+        last = value("statekeeper_task_last_commit_duration_seconds", task=tid)
+        assert last == pytest.approx(commits["last_seconds"])
+    for tid in ("1_0", "1_1"):  # the counting tasks: their store's puts and gets
+        for op in ("get", "put"):
+            labels = {"task": tid, "store": "word-counts", "operation": op}
+            count = value("statekeeper_store_operation_duration_seconds_count", **labels)
+            ops = after["tasks"][tid]["store_operations"]["word-counts"][op]
+            assert count == ops["count"] > 0
+        age = value("statekeeper_snapshot_age_seconds", task=tid)
+        assert 0 <= age < 600
+    return True
+
+
 @pytest.fixture(params=["file", "s3"])
 def snapshot_target(
     request: Any, spark: Any, tmp_path: Path, monkeypatch: Any
@@ -175,6 +227,8 @@ def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_t
                 producer.produce("lines", f"w{i % TAIL_WORDS}".encode(), b"%d" % i, i % 2)
             assert producer.flush(15) == 0
             _wait("the tail to be processed", lambda: _caught_up(app, ends))
+            # /metrics says what /status says (once the lag refresh saw the caught-up input).
+            _wait("/metrics to agree with /status", lambda: _metrics_agree(url))
         finally:
             ends.close()
             app.stop()

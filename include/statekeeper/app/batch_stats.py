@@ -89,4 +89,5 @@ class BatchStats:
             if self.processing_s
             else None,
             "batch_seconds_p50": round(statistics.median(secs), 4) if secs else None,
+            "batch_seconds_sum": round(self.processing_s, 4),
         }

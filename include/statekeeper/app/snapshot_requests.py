@@ -165,7 +165,7 @@ class SnapshotRequests:
         task = self._tasks.setdefault(str(tid), {})
         same = task.get("request_id") == event.get("request_id")
         if not same and kind == "uploaded":  # a late report of an older snapshot
-            task["last_uploaded"] = {k: event.get(k) for k in _IDENTITY}
+            task["last_uploaded"] = _uploaded(event, event.get("at"))
             return
         if kind == "staged" or not same:
             last = task.get("last_uploaded")
@@ -176,7 +176,7 @@ class SnapshotRequests:
         task["state"] = kind
         task["updated_at"] = event.get("at", time.time())
         if kind == "uploaded":
-            task["last_uploaded"] = {k: event.get(k) for k in _IDENTITY}
+            task["last_uploaded"] = _uploaded(event, event.get("at"))
 
     def confirm_uploads(self) -> None:
         """Mark staged snapshots whose manifests are in the storage as uploaded (their
@@ -215,7 +215,7 @@ class SnapshotRequests:
                     task = self._tasks.get(tid, {})
                     if task.get("request_id") == entry["request_id"]:
                         task["state"] = "uploaded"
-                        task["last_uploaded"] = {k: task.get(k) for k in _IDENTITY}
+                        task["last_uploaded"] = _uploaded(task, time.time())
                     self._settle(entry)
 
     def _settle(self, entry: dict[str, Any]) -> None:
@@ -237,6 +237,12 @@ class SnapshotRequests:
         """Per task: its last snapshot (``tasks.<id>.snapshot``)."""
         with self._lock:
             return {tid: dict(t) for tid, t in self._tasks.items()}
+
+
+def _uploaded(source: dict[str, Any], at: float | None) -> dict[str, Any]:
+    """``last_uploaded`` of a task: the snapshot's identity and when its upload was seen
+    (``uploaded_at``, epoch seconds: the metrics' snapshot age)."""
+    return {**{k: source.get(k) for k in _IDENTITY}, "uploaded_at": at or time.time()}
 
 
 def _public(entry: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from statekeeper.app.batch_stats import DEFAULT_WINDOW, BatchStats
 from statekeeper.app.lifecycle import AppState, AppStateMachine, StateListener
 from statekeeper.app.snapshot_requests import SnapshotRequests
 from statekeeper.app.status import StatusBoard, StatusServer
+from statekeeper.app.task_totals import TaskTotals
 from statekeeper.app.topics import TopicPlan, prepare_topics
 from statekeeper.errors import ConfigError, StatekeeperError
 from statekeeper.kafka.model import OffsetRange
@@ -97,6 +98,7 @@ class StatekeeperApp:
         self._ends: dict[tuple[str, int], int] = {}
         self._end_reader: Any = None  # a LogEndReader, kept: the lag refresh runs every 2 s
         self._stats = BatchStats(recent_batches)
+        self._task_totals = TaskTotals()  # commits and store operations, per task
         self._last_batch_end = 0.0
         self._started = time.time()
         self._opened: set[str] = set()
@@ -108,6 +110,7 @@ class StatekeeperApp:
         )
         self._query: Any = None
         self._spark_session: Any = None  # for snapshot passes of an idle app
+        self._jvm_stop_hook: Any = None  # an InstalledStopHook under spark-submit
         self.snapshots = SnapshotRequests(settings.snapshot_interval_s, self._snapshot_storage)
         self._storage: Any = None
 
@@ -154,10 +157,19 @@ class StatekeeperApp:
         source partition is fully processed and no batch ran for ``idle_s`` seconds."""
         self._install_sigterm()
         try:
+            self._run(stop_when_idle, idle_s)
+        finally:
+            if self._jvm_stop_hook is not None:  # a JVM shutdown waiting for this stop goes on
+                self._jvm_stop_hook.close()
+                self._jvm_stop_hook = None
+
+    def _run(self, stop_when_idle: bool, idle_s: float) -> None:
+        try:
             self.machine.transition(AppState.REBALANCING)
             self._start_status()
             self._plan = self._prepare()
             spark = self._spark_session = self._spark()
+            self._install_jvm_stop_hook(spark)
             self._replay_lost_batches(spark)
             self._query = query = self._start_query(spark)
             self._supervise(query, stop_when_idle, idle_s)
@@ -189,11 +201,26 @@ class StatekeeperApp:
 
         signal.signal(signal.SIGTERM, on_sigterm)
 
+    def _install_jvm_stop_hook(self, spark: Any) -> None:
+        """Under spark-submit a SIGTERM reaches the driver JVM, not this process: a JVM
+        shutdown hook then stops the app gracefully before Spark's hooks stop the context."""
+        from statekeeper.spark.jvm_shutdown import install_graceful_stop_hook
+
+        self._jvm_stop_hook = install_graceful_stop_hook(
+            spark, self.stop, self.settings.jvm_shutdown_wait_s
+        )
+
     def _start_status(self) -> None:
         s = self.settings
         if s.status_port is not None:
+            from statekeeper.app.metrics_exposition import AppMetrics
+
             self._server = StatusServer(
-                self.board, s.status_host, s.status_port, actions={"/snapshot": self._post_snapshot}
+                self.board,
+                s.status_host,
+                s.status_port,
+                actions={"/snapshot": self._post_snapshot},
+                metrics=AppMetrics(self.board.snapshot).render,
             ).start()
             log.info("status endpoint %s", self._server.url)
         self.board.update(
@@ -442,6 +469,7 @@ class StatekeeperApp:
             self.snapshots.note_events(events)
             self._publish_snapshots()
         for result in results:
+            self._task_totals.add(result)
             if result.task_id not in self._opened and not result.warm:
                 # The first open of a task in this run is the restore that matters (later
                 # opens replay only the previous batch's markers). It may be the commit-only
@@ -452,6 +480,7 @@ class StatekeeperApp:
                 result.task_id,
                 committed_batch_id=result.committed_batch_id,
                 committed_offsets=result.committed_offsets,
+                **self._task_totals.task(result.task_id),
             )
 
     def _execute(self, spark: Any, runs: list[TaskRun]) -> list[TaskRunResult]:
@@ -601,9 +630,15 @@ class StatekeeperApp:
         if self._plan is None:
             return out
         lag: dict[str, int] = defaultdict(int)
-        for (topic, p), end in self._ends.items():
-            sub = self._subtopology_of(topic)
-            lag[task_id(sub, p)] += max(0, end - self._positions.get((topic, p), 0))
+        partitions = []
+        for (topic, p), end in sorted(self._ends.items()):
+            tid = task_id(self._subtopology_of(topic), p)
+            position = self._positions.get((topic, p), 0)
+            lag[tid] += max(0, end - position)
+            partitions.append(
+                {"topic": topic, "partition": p, "task": tid, "position": position, "end": end}
+            )
+        out["source_partitions"] = partitions  # lag = end - position, per source partition
         tasks: dict[str, Any] = {}
         state_root = Path(self.settings.state_dir) / self.app_id
         for sub, p in self._plan.tasks:

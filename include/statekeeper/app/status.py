@@ -2,7 +2,8 @@
 
 Supervisors (Airflow sensors, ``statekeeper app status``) read either; the document has
 the app state, per-task source lag, restore progress and store sizes, the last batch and
-throughput.
+throughput. The same server answers ``GET /metrics`` with those figures in Prometheus' text
+format (:mod:`statekeeper.app.metrics_exposition`), for scrapers and the usual alerting.
 """
 
 from __future__ import annotations
@@ -76,11 +77,14 @@ class StatusBoard:
 
 #: A POST action: the request's JSON body (``{}`` when empty) -> (HTTP code, JSON answer).
 PostAction = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
+#: ``GET /metrics``: () -> (body, content type), rendered at each scrape.
+MetricsRenderer = Callable[[], tuple[bytes, str]]
 
 
 class StatusServer:
     """``GET /status`` (the document) and ``GET /health`` (200 while running) on a thread;
-    ``actions`` adds ``POST <path>`` operations (``POST /snapshot``)."""
+    ``GET /metrics`` (Prometheus text format) when given ``metrics``; ``actions`` adds
+    ``POST <path>`` operations (``POST /snapshot``)."""
 
     def __init__(
         self,
@@ -88,6 +92,7 @@ class StatusServer:
         host: str = "127.0.0.1",
         port: int = 0,
         actions: dict[str, PostAction] | None = None,
+        metrics: MetricsRenderer | None = None,
     ) -> None:
         board_ref = board
         posts = dict(actions or {})
@@ -100,6 +105,13 @@ class StatusServer:
                     doc = board_ref.snapshot()
                     healthy = doc.get("state") not in ("ERROR", "NOT_RUNNING")
                     self._send(200 if healthy else 503, {"state": doc.get("state")})
+                elif self.path.split("?")[0] == "/metrics" and metrics is not None:
+                    body, content_type = metrics()
+                    self.send_response(200)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
                 else:
                     self._send(404, {"error": f"no such path {self.path}; try /status"})
 

@@ -45,3 +45,15 @@ class StoreMetrics:
             "store": self.store,
             "operations": {name: s.as_dict() for name, s in sorted(self.operations.items())},
         }
+
+    def drain(self) -> dict[str, dict[str, int]]:
+        """The raw stats since the last drain (``count``, ``total_ns``, ``max_ns`` per
+        operation), then start over: a task reports these deltas with each run, and the
+        driver sums them, so counts survive the task moving to another worker."""
+        raw = {
+            name: {"count": s.count, "total_ns": s.total_ns, "max_ns": s.max_ns}
+            for name, s in sorted(self.operations.items())
+            if s.count
+        }
+        self.operations.clear()
+        return raw

@@ -68,6 +68,11 @@ class TaskRunResult:
     # count too, so it can be well above the real key count.
     store_entries_approx: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    # This run committed the task's state (``seconds["commit"]`` is then its commit time).
+    commit_ran: bool = False
+    # The metered stores' operations since the task's last report, per store and operation:
+    # count, total_ns, max_ns (statekeeper.stores.metrics.StoreMetrics.drain).
+    store_operations: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     # Snapshot events of this worker process (statekeeper.worker.snapshot_uploader): this
     # task's staging, and uploads that finished since the worker's last report, of any task.
     snapshots: list[dict[str, Any]] = field(default_factory=list)

@@ -259,14 +259,14 @@ def _run_open_tasks(
             result = _process(run, topology, services, task.state, task.fetch)
             done.append((run, task, result, started))
         t0 = time.perf_counter()
-        due = [
-            transaction
+        due = {
+            id(task): transaction
             for run, task, _, _ in done
             if _commit_now(run, task.state, settings)
             and (transaction := task.state.pending_transaction()) is not None
-        ]
+        }
         if due:
-            commit_group(due, outputs=[services.outputs])  # waits for the outputs too
+            commit_group(list(due.values()), outputs=[services.outputs])  # waits for outputs
         else:
             # Outputs are acknowledged every batch, committed or not (DESIGN.md R3).
             services.outputs.flush(settings.broker_timeout_s * 2)
@@ -289,6 +289,10 @@ def _run_open_tasks(
         result.snapshots = services.snapshots.finish(state)
         result.store_entries_approx = {
             name: store.approximate_num_entries() for name, store in state.stores.items()
+        }
+        result.commit_ran = id(task) in due
+        result.store_operations = {
+            name: ops for name, store in state.stores.items() if (ops := store.metrics.drain())
         }
         services.parked.park(str(state.task_dir.path), task)
         result.seconds["open"] = open_s
