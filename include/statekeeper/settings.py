@@ -117,6 +117,14 @@ class StatekeeperSettings(BaseSettings):
         "Default (unset): on when snapshot_url is set or the default snapshot folder holds "
         "snapshots of this app; true also when neither exists yet; false never",
     )
+    restore_time_budget_s: float | None = Field(
+        None,
+        gt=0,
+        description="The changelog audit snapshots an app whose forecast restore time (newest "
+        "snapshot + changelog tail, a full replay where there is no snapshot, summed over its "
+        "changelogs) exceeds this many seconds: running, through its status endpoint; stopped, "
+        "from its local state. Default (unset): no budget",
+    )
     spark_master: str = Field("local[2]", description="Spark master when not set by spark-submit")
     embedded_broker_port: int = Field(9092, ge=1, le=65535)
     embedded_broker_dir: Path = Field(Path("var/broker"), description="Embedded broker run dir")
