@@ -1,7 +1,8 @@
 """Daily: audit every app's changelog topics (configs, contents, restore forecast).
 
-Trigger with ``fix: true`` to set wrong topic configs before the verdict. Wiring only: the
-work is in statekeeper.airflow.operators.
+Trigger with ``fix: true`` to set wrong topic configs before the verdict, and with
+``restore_time_budget_s`` to override the settings' budget: an app whose forecast restore
+time exceeds it is snapshotted. Wiring only: the work is in statekeeper.airflow.operators.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ with DAG(
     tags=["statekeeper"],
     params={
         "fix": Param(False, type="boolean", description="set wrong changelog configs first"),
+        "restore_time_budget_s": Param(
+            None,
+            type=["null", "number"],
+            description="snapshot apps whose forecast restore time exceeds this (seconds); "
+            "empty: the settings' restore_time_budget_s",
+        ),
     },
     render_template_as_native_obj=True,
     doc_md=__doc__,
@@ -31,4 +38,5 @@ with DAG(
             task_id=f"audit_{app.application_id}",
             spec_path=app.spec_path,
             fix="{{ params.fix }}",
+            restore_time_budget_s="{{ params.restore_time_budget_s }}",
         )

@@ -359,6 +359,19 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="delete changelog records below the oldest kept snapshot's marker (DeleteRecords; "
         "refused on brokers without it, such as the embedded one)",
     )
+    changelogs.add_argument(
+        "--restore-time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="compare the app's forecast restore time (newest snapshot + tail, summed over "
+        "its changelogs) with this (default: the settings' restore_time_budget_s)",
+    )
+    changelogs.add_argument(
+        "--snapshot-over-budget",
+        action="store_true",
+        help="snapshot the app (running: through its status endpoint; stopped: from its "
+        "local state) when its forecast restore time exceeds the budget",
+    )
 
 
 def _spec_app(spec_file: str, **overrides: Any) -> tuple[Any, Any]:
@@ -376,6 +389,7 @@ def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
 
     overrides = {"bootstrap_servers": args.bootstrap} if args.bootstrap else {}
     settings, spec = _spec_app(args.app, **overrides)
+    budget = _budget_of(args, settings)
     status_file = settings.status_file or (
         Path(settings.state_dir) / settings.application_id / "status.json"
     )
@@ -413,11 +427,56 @@ def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
         if session is not None:
             session.stop()
     AuditHistory.under(settings.state_dir).append(report.to_dict())  # the State stores page
-    _emit(args, report.to_dict(), "\n".join(_audit_lines(report)))
+    budget = _restore_budget(args, budget, settings, spec, report)
+    payload = {**report.to_dict(), "restore_budget": budget.to_dict() if budget else None}
+    lines = _audit_lines(report)
+    if budget is not None:
+        lines.append(
+            f"  restore forecast {budget.forecast_restore_s:.3g}s vs budget {budget.budget_s}s: "
+            + (f"over, snapshot {budget.snapshot}" if budget.over_budget else "within")
+        )
+    _emit(args, payload, "\n".join(lines))
     if report.trim is not None and report.trim.refused is not None:
         print(f"statekeeper: --trim refused: {report.trim.refused}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_AUDIT_FAILED if report.verdict == "fail" else EXIT_OK
+
+
+def _budget_of(args: argparse.Namespace, settings: Any) -> float | None:
+    """The restore time budget: ``--restore-time-budget``, else the settings'."""
+    from statekeeper.errors import ConfigError
+
+    budget = args.restore_time_budget
+    if budget is None:
+        budget = settings.restore_time_budget_s
+    elif budget <= 0:
+        raise ConfigError(f"--restore-time-budget must be > 0 seconds, got {budget}")
+    if budget is None and args.snapshot_over_budget:
+        raise ConfigError(
+            "--snapshot-over-budget needs a budget: --restore-time-budget SECONDS or "
+            "STATEKEEPER_RESTORE_TIME_BUDGET_S"
+        )
+    return budget
+
+
+def _restore_budget(
+    args: argparse.Namespace, budget: float | None, settings: Any, spec: Any, report: Any
+) -> Any:
+    """The forecast vs the restore time budget (None without a budget); with
+    ``--snapshot-over-budget``, the snapshot taken when over it."""
+    from statekeeper.ops.audit.restore_budget import check_budget, enforce_budget
+
+    if budget is None:
+        return None
+    if not args.snapshot_over_budget:
+        return check_budget(report, budget)
+    return enforce_budget(
+        report,
+        budget,
+        settings,
+        spec.build_topology(),
+        lambda: _snapshot_storage(settings, create=True),
+    )
 
 
 def _audit_lines(report: Any) -> list[str]:

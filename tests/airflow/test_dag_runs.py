@@ -60,6 +60,43 @@ def snapshotted(live_app):
     return run, states, storage, before
 
 
+# Runs before the snapshot DAG's test (file order): the live app's newest snapshot is still
+# the one after its first batch, so its forecast restore replays the second batch's tail.
+def test_audit_dag_snapshots_an_app_over_its_restore_time_budget(live_app):
+    audit = _dag("statekeeper_changelog_audit.py", "statekeeper_changelog_audit")
+    task_id = f"audit_{live_app.app_id}"
+    storage = SnapshotStorage((live_app.spec.parent / "snaps").as_uri(), live_app.app_id)
+    before = {m.snapshot_id for m in list_snapshots(storage)}
+
+    def audit_with(budget_s):
+        run, states, _ = _run(audit, restore_time_budget_s=budget_s)
+        assert run.state == "success" and states == {task_id: "success"}
+        [ti] = run.get_task_instances()
+        return ti, ti.xcom_pull(task_ids=task_id)["restore_budget"]
+
+    _, large = audit_with(3600.0)
+    assert large["budget_s"] == 3600.0 and 0 < large["forecast_restore_s"] < 3600.0
+    assert not large["over_budget"] and large["snapshot"] is None
+    assert {m.snapshot_id for m in list_snapshots(storage)} == before
+
+    ti, tiny = audit_with(1e-9)  # any tail is over this budget
+    assert tiny["over_budget"] and tiny["snapshot"]["running"] is False
+    new = [m for m in list_snapshots(storage) if m.snapshot_id not in before]
+    assert sorted(tiny["snapshot"]["snapshot_ids"]) == sorted(m.snapshot_id for m in new)
+    # Every task and store, at the app's last commit (batch 1): the tail is gone.
+    assert all(m.batch_id == 1 for m in new)
+    assert {(m.task, m.store, m.batch_id) for m in new} >= {
+        (t, s, 1) for t in ("0_0", "0_1") for s in ("totals", "windows")
+    }
+    assert ti.xcom_pull(task_ids=task_id, key="snapshot_ids") == tiny["snapshot"]["snapshot_ids"]
+
+    # The fresh snapshot cut the forecast to nothing: the same budget takes no other one.
+    _, again = audit_with(1e-9)
+    assert again["forecast_restore_s"] == 0 and again["full_replay_s"] > 0
+    assert not again["over_budget"] and again["snapshot"] is None
+    assert len(list_snapshots(storage)) == len(before) + len(new)
+
+
 def test_snapshot_dag_snapshots_verifies_and_publishes(live_app, snapshotted):
     run, states, storage, before = snapshotted
     assert run.state == "success", states
