@@ -204,6 +204,10 @@ class StatekeeperApp:
                 metrics=AppMetrics(self.board.snapshot).render,
             ).start()
             log.info("status endpoint %s", self._server.url)
+            # Off the start path: listing the storage may take a while (S3).
+            threading.Thread(
+                target=self._note_stored_snapshots, name="statekeeper-stored-snapshots", daemon=True
+            ).start()
         self.board.update(
             state=self.state.value,
             status_url=self.status_url,
@@ -603,6 +607,14 @@ class StatekeeperApp:
         self.board.update(snapshot_requests=self.snapshots.status())
 
     # -- status --------------------------------------------------------------------------------
+
+    def _note_stored_snapshots(self) -> None:
+        """Each task's newest snapshot in the storage from earlier runs
+        (``tasks.<id>.snapshot_stored``): the snapshot age before this run uploads one."""
+        from statekeeper.app.stored_snapshots import newest_stored_snapshots
+
+        for tid, newest in newest_stored_snapshots(self.settings).items():
+            self.board.update_task(tid, snapshot_stored=newest)
 
     def _live_status(self) -> dict[str, Any]:
         """Values computed when the status is read: lag, restore progress, throughput."""
