@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from statekeeper.app.stored_snapshots import newest_stored_snapshots
 from statekeeper.cli import main
+from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
 
 from .test_drill import _live_app
@@ -44,6 +46,18 @@ def test_audit_snapshots_a_stopped_app_over_its_restore_budget(admin, broker, tm
     after = _audit(capsys, app.spec, "--restore-time-budget", "1e-9", "--snapshot-over-budget")
     assert after["forecast_restore_s"] == 0 and not after["over_budget"]
     assert after["snapshot"] is None
+
+    # What a restarted app reads for its snapshot age: per task, its stores' newest.
+    settings = load_settings(
+        application_id=app.app_id, snapshot_url=storage.url, state_dir=app.state_dir
+    )
+    stored = newest_stored_snapshots(settings)
+    assert sorted(stored) == ["0_0", "0_1"]
+    assert {s["snapshot_id"] for s in stored.values()} <= set(taken["snapshot"]["snapshot_ids"])
+    newest = {m.task: m.created.timestamp() for m in new}
+    assert all(s["created_at_s"] <= newest[t] for t, s in stored.items())
+    missing = load_settings(application_id="none", snapshot_url=(tmp_path / "no").as_uri())
+    assert newest_stored_snapshots(missing) == {}
 
 
 def test_a_budget_must_be_given_and_positive(tmp_path, capsys):

@@ -29,8 +29,9 @@ Metrics and labels (``app`` on all of them):
   ``statekeeper_store_restore_records_per_second`` (the task's first open in this run;
   label ``source``: snapshot, changelog, local, ...),
   ``statekeeper_store_restore_progress_records`` (the restore running or last run);
-- snapshots: ``statekeeper_snapshot_age_seconds`` (task: since its newest snapshot this app
-  run uploaded), ``statekeeper_snapshot_requests`` (requests kept, by ``state``).
+- snapshots: ``statekeeper_snapshot_age_seconds`` (task: since its newest snapshot, uploaded
+  in this app run or found in the storage at start), ``statekeeper_snapshot_requests``
+  (requests kept, by ``state``).
 """
 
 from __future__ import annotations
@@ -311,13 +312,16 @@ def _store_metrics(app: str, tasks: dict[str, Any], live: dict[str, Any]) -> Ite
 def _snapshot_metrics(app: str, doc: dict[str, Any], now: float) -> Iterator[Metric]:
     age = GaugeMetricFamily(
         "statekeeper_snapshot_age_seconds",
-        "Seconds since the task's newest snapshot uploaded in this app run",
+        "Seconds since the task's newest snapshot (uploaded in this app run, else found in the "
+        "storage at start)",
         labels=["app", "task"],
     )
     for tid, task in sorted((doc.get("tasks") or {}).items()):
         uploaded = ((task.get("snapshot") or {}).get("last_uploaded") or {}).get("uploaded_at")
-        if _num(uploaded) is not None:
-            age.add_metric([app, tid], max(0.0, now - float(uploaded)))
+        stored = (task.get("snapshot_stored") or {}).get("created_at_s")
+        times = [float(t) for t in (uploaded, stored) if _num(t) is not None]
+        if times:
+            age.add_metric([app, tid], max(0.0, now - max(times)))
     yield age
     requests = GaugeMetricFamily(
         "statekeeper_snapshot_requests",

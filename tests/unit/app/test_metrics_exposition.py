@@ -61,6 +61,7 @@ DOC: dict[str, Any] = {
             "snapshot": {"last_uploaded": {"request_id": "snap-1", "uploaded_at": NOW - 30}},
         },
         "0_1": {"committed_batch_id": 5},
+        "1_0": {"snapshot_stored": {"snapshot_id": "old", "created_at_s": NOW - 7200}},
     },
     "snapshot_requests": {"snap-1": {"state": "uploaded"}, "snap-2": {"state": "pending"}},
 }
@@ -118,6 +119,7 @@ def test_the_collector_exposes_the_status_document() -> None:
     assert _get(s, "statekeeper_store_restore_progress_records", **store) == 40
     assert _get(s, "statekeeper_snapshot_age_seconds", **task) == 30
     assert ("statekeeper_snapshot_age_seconds", (("app", "wc"), ("task", "0_1"))) not in s
+    assert _get(s, "statekeeper_snapshot_age_seconds", **app, task="1_0") == 7200
     assert _get(s, "statekeeper_snapshot_requests", **app, state="pending") == 1
     assert _get(s, "statekeeper_snapshot_requests", **app, state="failed") == 0
 
