@@ -126,6 +126,15 @@ class StatekeeperSettings(BaseSettings):
         "from its local state. Default (unset): no budget",
     )
     spark_master: str = Field("local[2]", description="Spark master when not set by spark-submit")
+    jvm_shutdown_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="Launched by spark-submit (the JVM is the Python driver's parent, so a "
+        "SIGTERM reaches the JVM): the JVM's shutdown first stops the app gracefully (finish "
+        "the batch, commit, stop) and waits up to this long before Spark's own shutdown hooks "
+        "stop the SparkContext. Keep it below the supervisor's kill timeout. 0: no wait "
+        "(Spark stops under the running batch, which runs again on restart)",
+    )
     embedded_broker_port: int = Field(9092, ge=1, le=65535)
     embedded_broker_dir: Path = Field(Path("var/broker"), description="Embedded broker run dir")
 

@@ -110,6 +110,7 @@ class StatekeeperApp:
         )
         self._query: Any = None
         self._spark_session: Any = None  # for snapshot passes of an idle app
+        self._jvm_stop_hook: Any = None  # an InstalledStopHook under spark-submit
         self.snapshots = SnapshotRequests(settings.snapshot_interval_s, self._snapshot_storage)
         self._storage: Any = None
 
@@ -156,10 +157,19 @@ class StatekeeperApp:
         source partition is fully processed and no batch ran for ``idle_s`` seconds."""
         self._install_sigterm()
         try:
+            self._run(stop_when_idle, idle_s)
+        finally:
+            if self._jvm_stop_hook is not None:  # a JVM shutdown waiting for this stop goes on
+                self._jvm_stop_hook.close()
+                self._jvm_stop_hook = None
+
+    def _run(self, stop_when_idle: bool, idle_s: float) -> None:
+        try:
             self.machine.transition(AppState.REBALANCING)
             self._start_status()
             self._plan = self._prepare()
             spark = self._spark_session = self._spark()
+            self._install_jvm_stop_hook(spark)
             self._replay_lost_batches(spark)
             self._query = query = self._start_query(spark)
             self._supervise(query, stop_when_idle, idle_s)
@@ -190,6 +200,15 @@ class StatekeeperApp:
             self.stop()
 
         signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _install_jvm_stop_hook(self, spark: Any) -> None:
+        """Under spark-submit a SIGTERM reaches the driver JVM, not this process: a JVM
+        shutdown hook then stops the app gracefully before Spark's hooks stop the context."""
+        from statekeeper.spark.jvm_shutdown import install_graceful_stop_hook
+
+        self._jvm_stop_hook = install_graceful_stop_hook(
+            spark, self.stop, self.settings.jvm_shutdown_wait_s
+        )
 
     def _start_status(self) -> None:
         s = self.settings
