@@ -1026,7 +1026,7 @@ def _add_platform(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         if name == "up":
             sub.add_argument("--airflow-port", type=int, help="default: last used, else 8080")
             sub.add_argument("--broker-port", type=int, help="default: last used, else 9092")
-            sub.add_argument("--timeout", type=float, default=110.0, help="seconds to come up")
+            sub.add_argument("--timeout", type=float, default=180.0, help="seconds to come up")
 
 
 def _cmd_platform_up(args: argparse.Namespace) -> int:

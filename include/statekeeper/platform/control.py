@@ -10,7 +10,9 @@ Spark apps the DAGs launched, task runners), the broker last so apps can stop cl
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -27,12 +29,15 @@ from statekeeper.platform.processes import (
     MARKER_ENV,
     ProcessRecord,
     exited_early,
+    group_members,
+    process_group,
     processes_of,
     start_process,
     stop_pids,
     stop_process,
     sweep,
 )
+from statekeeper.platform.seed import Seeding
 from statekeeper.platform.services import BROKER, Service, airflow_binary, airflow_services
 
 #: The DAG that launches and supervises the apps (dags/statekeeper_apps.py).
@@ -60,6 +65,8 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As servers bind: a port with connections in TIME_WAIT is free for them.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -134,17 +141,22 @@ def _running(config: PlatformConfig, service: str) -> ProcessRecord | None:
     return record if record is not None and record.alive() else None
 
 
+def _check_ports(config: PlatformConfig) -> None:
+    """Fail before starting anything when a port of a service to start is taken."""
+    for service in airflow_services(config):
+        taken = service.port is not None and not _port_free(service.port)
+        if taken and not _running(config, service.name):
+            raise PlatformError(
+                f"port {service.port} on 127.0.0.1 (for the {service.name}) is in use; "
+                "choose another: make up AIRFLOW_PORT=<port>"
+            )
+
+
 def _start_airflow(config: PlatformConfig, env: dict[str, str], say: Say) -> list[ProcessRecord]:
     missing: list[Service] = [s for s in airflow_services(config) if not _running(config, s.name)]
     if not missing:
         say("Airflow already running")
         return []
-    for service in missing:
-        if service.port is not None and not _port_free(service.port):
-            raise PlatformError(
-                f"port {service.port} on 127.0.0.1 (for the {service.name}) is in use; "
-                "choose another: make up AIRFLOW_PORT=<port>"
-            )
     _migrate(config, env, say)
     started = []
     for service in missing:
@@ -202,7 +214,7 @@ def _wait_for_dags(
         time.sleep(0.5)
 
 
-def up(config: PlatformConfig, *, timeout_s: float = 110.0, say: Say = _quiet) -> dict[str, Any]:
+def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -> dict[str, Any]:
     """Start what is not running, wait until Airflow is healthy and the statekeeper DAGs are
     registered, unpause them and trigger the apps DAG. Raises PlatformError naming the logs
     when something does not come up within ``timeout_s``."""
@@ -214,11 +226,19 @@ def up(config: PlatformConfig, *, timeout_s: float = 110.0, say: Say = _quiet) -
     password = admin_password(config)
     env = platform_env(config)
 
+    _check_ports(config)
     broker_started = _start_broker(config, say)
+    seeding = Seeding(config, env)  # while Airflow starts
     started = _start_airflow(config, env, say)
     _wait_healthy(config, started, deadline)
     healthy_s = time.monotonic() - started_at
     say(f"Airflow healthy at {config.ui_url} after {healthy_s:.1f} s")
+    try:
+        seeded = seeding.finish(deadline - time.monotonic())
+    except StatekeeperError as exc:
+        raise PlatformError(str(exc)) from exc
+    if seeded:
+        say(f"seeded the input topics of {', '.join(seeded)} (logs {config.logs_dir}/seed-*)")
 
     client = airflow_api.AirflowClient(config.ui_url, config.admin_user, password)
     wanted = expected_dags(config)
@@ -248,6 +268,7 @@ def up(config: PlatformConfig, *, timeout_s: float = 110.0, say: Say = _quiet) -
         "bootstrap_servers": config.bootstrap_servers,
         "root": str(config.root),
         "started": [r.name for r in started] + ([BROKER] if broker_started else []),
+        "seeded": seeded,
         "dags": wanted,
         "unpaused": unpaused,
         "apps_run": apps_run,
@@ -321,10 +342,42 @@ def _cmdline(pid: int) -> str:
 # -- down ----------------------------------------------------------------------------------
 
 
-def down(config: PlatformConfig, *, timeout_s: float = 20.0, say: Say = _quiet) -> dict[str, Any]:
-    """Stop every platform process: Airflow (scheduler first), the apps and any other
-    descendant, then the broker. Returns what was stopped and what was still alive after
-    (``left``, expected empty)."""
+def _stop_apps(config: PlatformConfig, spared: set[int], timeout_s: float) -> list[int]:
+    """Stop the detached apps (process group leaders carrying the marker) gracefully: SIGTERM
+    to the Python driver named by the app's status file when it is in the group (it finishes
+    the batch and commits; spark-submit then exits), else to the leader; the group is killed
+    after ``timeout_s``. Returns the groups' leaders."""
+    marked = [p for p in processes_of(config.root) if p not in spared]
+    leaders = [p for p in marked if process_group(p) == p]
+    drivers = {}
+    for status_file in config.root.glob("state/*/status.json"):
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            pid = int(json.loads(status_file.read_text()).get("pid") or 0)
+            if pid in marked:
+                drivers[process_group(pid)] = pid
+    for leader in leaders:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(drivers.get(leader, leader), signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(group_members(g) for g in leaders):
+        time.sleep(0.2)
+    for leader in leaders:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader, signal.SIGKILL)
+    return leaders
+
+
+def down(
+    config: PlatformConfig,
+    *,
+    timeout_s: float = 20.0,
+    app_timeout_s: float = 60.0,
+    say: Say = _quiet,
+) -> dict[str, Any]:
+    """Stop every platform process: Airflow (scheduler first, so nothing is relaunched), the
+    apps the DAGs launched (gracefully, up to ``app_timeout_s``) and any other descendant,
+    then the broker. Returns what was stopped and what was still alive after (``left``,
+    expected empty)."""
     stopped: list[dict[str, Any]] = []
     for service in reversed(airflow_services(config)):
         pid_file = config.pid_file(service.name)
@@ -340,7 +393,11 @@ def down(config: PlatformConfig, *, timeout_s: float = 20.0, say: Say = _quiet) 
 
     broker = embedded.read_state(config.broker_run_dir)
     broker_pids = {p for p in ((broker.tansu_pid, broker.s3_pid) if broker else ()) if p}
-    # Apps launched by the DAGs, task runners: everything else carrying the marker.
+    apps = _stop_apps(config, broker_pids, app_timeout_s)
+    if apps:
+        stopped.append({"service": "apps", "pids": apps})
+        say(f"stopped {len(apps)} app process group(s): {apps}")
+    # Task runners and anything else still carrying the marker.
     others = [p for p in processes_of(config.root) if p not in broker_pids]
     if others:
         swept = stop_pids(others, timeout_s)

@@ -74,7 +74,8 @@ def _start_ticks(pid: int) -> int | None:
     return int(fields[19])  # field 22 of /proc/<pid>/stat
 
 
-def _process_group(pid: int) -> int | None:
+def process_group(pid: int) -> int | None:
+    """The process group of a live ``pid`` (None if gone)."""
     fields = _stat_fields(pid)
     return None if fields is None else int(fields[2])  # field 5: pgrp
 
@@ -125,7 +126,7 @@ def exited_early(record: ProcessRecord) -> bool:
 
 def group_members(pgid: int) -> list[int]:
     """Live processes in process group ``pgid``."""
-    return [pid for pid in _all_pids() if _process_group(pid) == pgid and _start_ticks(pid)]
+    return [pid for pid in _all_pids() if process_group(pid) == pgid and _start_ticks(pid)]
 
 
 def stop_process(record: ProcessRecord, timeout_s: float = 20.0) -> list[int]:
