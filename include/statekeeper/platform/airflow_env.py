@@ -70,9 +70,9 @@ def statekeeper_env(config: PlatformConfig) -> dict[str, str]:
     STATEKEEPER_SPECS_DIR)."""
     return {
         "STATEKEEPER_BOOTSTRAP_SERVERS": config.bootstrap_servers,
-        "STATEKEEPER_STATE_DIR": str(config.root / "state"),
-        "STATEKEEPER_CHECKPOINT_DIR": str(config.root / "checkpoints"),
-        "STATEKEEPER_SNAPSHOT_URL": (config.root / "snapshots").as_uri(),
+        "STATEKEEPER_STATE_DIR": str(config.app_data_dirs[0]),
+        "STATEKEEPER_CHECKPOINT_DIR": str(config.app_data_dirs[1]),
+        "STATEKEEPER_SNAPSHOT_URL": config.app_data_dirs[2].as_uri(),
         "STATEKEEPER_SPECS_DIR": str(config.apps_specs_dir),
     }
 

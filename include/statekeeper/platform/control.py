@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,7 +38,7 @@ from statekeeper.platform.processes import (
     stop_process,
     sweep,
 )
-from statekeeper.platform.seed import Seeding
+from statekeeper.platform.seed import Seeding, apps_to_seed
 from statekeeper.platform.services import BROKER, Service, airflow_binary, airflow_services
 
 #: The DAG that launches and supervises the apps (dags/statekeeper_apps.py).
@@ -106,14 +107,21 @@ def _start_broker(config: PlatformConfig, say: Say) -> bool:
             f"port {config.broker_port} on 127.0.0.1 is in use (another broker? "
             "`statekeeper broker stop`); choose another: make up BROKER_PORT=<port>"
         )
+    # In memory, as the tests and the demo run it: with durable (S3) storage, Tansu 0.6 never
+    # answers the 10 ms fetch.wait.max.ms fetches the partition reader makes (measured).
     with _marked_environ(config):
         broker = embedded.EmbeddedBroker(
-            config.broker_port,
-            data_dir=config.broker_data_dir,
-            run_dir=config.broker_run_dir,
-            detach=True,
+            config.broker_port, run_dir=config.broker_run_dir, detach=True
         ).start()
-    say(f"broker on {broker.bootstrap_servers} (pid {broker.state.tansu_pid})")  # type: ignore[union-attr]
+    pid = broker.state.tansu_pid if broker.state else "?"
+    say(f"broker on {broker.bootstrap_servers} (pid {pid}, in memory)")
+    stale = [d for d in config.app_data_dirs if d.exists()]
+    if _spark_apps(config):  # apps outlived the broker: leave their files, they may be used
+        stale = []
+    for folder in stale:
+        shutil.rmtree(folder)
+    if stale:
+        say(f"fresh broker: removed the previous one's {', '.join(d.name for d in stale)}")
     return True
 
 
@@ -228,7 +236,7 @@ def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -
 
     _check_ports(config)
     broker_started = _start_broker(config, say)
-    seeding = Seeding(config, env)  # while Airflow starts
+    seeding = Seeding(config, env, apps_to_seed(config) if broker_started else [])
     started = _start_airflow(config, env, say)
     _wait_healthy(config, started, deadline)
     healthy_s = time.monotonic() - started_at
@@ -313,11 +321,7 @@ def status(config: PlatformConfig) -> dict[str, Any]:
                 "log": str(config.log_file(service.name)),
             }
         )
-    apps = [
-        pid
-        for pid in processes_of(config.root)
-        if "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid)
-    ]
+    apps = _spark_apps(config)
     running = all(r["running"] for r in rows)
     report = airflow_api.health(config.ui_url) if running else None
     return {
@@ -330,6 +334,15 @@ def status(config: PlatformConfig) -> dict[str, Any]:
         "spark_apps": apps,
         "health": report,
     }
+
+
+def _spark_apps(config: PlatformConfig) -> list[int]:
+    """The spark-submit JVMs among the platform's processes (the launched apps)."""
+    return [
+        pid
+        for pid in processes_of(config.root)
+        if "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid)
+    ]
 
 
 def _cmdline(pid: int) -> str:

@@ -7,8 +7,7 @@ var/platform/
   platform.json     ports and paths of this platform (written by the first `up`)
   run/<service>.json  PID files (pid, start time, argv, port, log)
   logs/<service>.log  each service's output
-  broker/           the embedded broker's run dir (broker.json, tansu.pid, localbucket.pid)
-  broker-data/      the broker's topics (on disk: they survive `down`/`up`)
+  broker/           the embedded broker's run dir (broker.json, tansu.pid, tansu.log)
   airflow/          AIRFLOW_HOME: airflow.db (SQLite), passwords.json, task logs
   state/ checkpoints/ snapshots/   the apps' statekeeper state, Spark checkpoints, snapshots
 ```
@@ -78,9 +77,10 @@ class PlatformConfig:
         return self.root / "broker"
 
     @property
-    def broker_data_dir(self) -> Path:
-        """The embedded broker's topics."""
-        return self.root / "broker-data"
+    def app_data_dirs(self) -> list[Path]:
+        """The apps' state, Spark checkpoints and snapshots (they describe the broker's
+        topics, so they go when a fresh broker starts)."""
+        return [self.root / name for name in ("state", "checkpoints", "snapshots")]
 
     @property
     def apps_specs_dir(self) -> Path:
