@@ -24,8 +24,11 @@ is registered then.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +41,9 @@ HOOK_PRIORITY = 100
 #: The JVM gives the hook this much longer than the Python side waits, so the Python side
 #: times out first and says so.
 JVM_TIMEOUT_MARGIN_S = 5.0
+#: After a shutdown called the hook, the Python driver exits only once the JVM has (or after
+#: this long): the hook's answer must reach the JVM, and the driver's output goes through it.
+OUTLIVE_JVM_S = 30.0
 
 
 class GracefulStopHook:
@@ -100,19 +106,37 @@ class GracefulStopHook:
 class InstalledStopHook:
     """A :class:`GracefulStopHook` registered in the JVM; :meth:`close` when the app ends."""
 
-    def __init__(self, hook: GracefulStopHook, manager: Any) -> None:
+    def __init__(self, hook: GracefulStopHook, manager: Any, jvm_pid: int) -> None:
         self.hook = hook
         self._manager = manager
+        self._jvm_pid = jvm_pid
 
     def close(self) -> None:
         """Release a shutdown waiting for the app and unregister the hook, so a JVM that
-        exits later does not call back into a Python driver that may be gone."""
+        exits later does not call back into a Python driver that may be gone. After a
+        shutdown called the hook, this process waits for the JVM at exit (see
+        :meth:`_outlive_jvm`)."""
         self.hook.release()
+        if self.hook.ran:
+            atexit.register(self._outlive_jvm)
+            return
         try:
             if not self._manager.isShutdownInProgress():
                 self._manager.removeShutdownHook(self.hook)
         except Exception as exc:  # the JVM is gone (kill -9) or going: nothing to undo
             log.debug("graceful stop hook not removed: %s", exc)
+
+    def _outlive_jvm(self) -> None:
+        """At exit, after the hook ran: the hook's answer travels on a py4j daemon thread of
+        this process, which exiting at once would cut (the JVM then logs the hook as failed
+        and this process's last log lines are lost). Flush, then wait until the JVM (the
+        parent) has finished its shutdown, at most :data:`OUTLIVE_JVM_S`."""
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # the JVM's end may be gone
+                stream.flush()
+        deadline = time.monotonic() + OUTLIVE_JVM_S
+        while os.getppid() == self._jvm_pid and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def jvm_is_parent(jvm: Any) -> bool:
@@ -145,4 +169,4 @@ def install_graceful_stop_hook(
         "gracefully first (waits up to %.0fs)",
         wait_s,
     )
-    return InstalledStopHook(hook, manager)
+    return InstalledStopHook(hook, manager, os.getppid())
