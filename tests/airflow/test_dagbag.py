@@ -13,7 +13,12 @@ import sys
 
 from .conftest import AIRFLOW_ENV, DAGS
 
-DAG_IDS = {"statekeeper_snapshots", "statekeeper_restore_drill", "statekeeper_changelog_audit"}
+DAG_IDS = {
+    "statekeeper_apps",
+    "statekeeper_snapshots",
+    "statekeeper_restore_drill",
+    "statekeeper_changelog_audit",
+}
 
 _PROBE = """
 import json, sys
@@ -47,6 +52,10 @@ def test_every_dag_imports_fast_without_heavy_modules(airflow_db):
     assert found["dags"]["statekeeper_snapshots"] == [
         "snapshot_patient-monitoring",
         "snapshot_word-count",
+    ]
+    assert found["dags"]["statekeeper_apps"] == [
+        "supervise_patient-monitoring",
+        "supervise_word-count",
     ]
     assert len(found["seconds"]) == len(DAG_IDS)
     assert all(seconds < 1.0 for seconds in found["seconds"].values()), found["seconds"]

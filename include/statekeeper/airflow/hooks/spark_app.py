@@ -113,7 +113,8 @@ class StatekeeperSparkAppHook(StatekeeperAppHook):
         folder = Path(log_dir or Path(settings.state_dir) / settings.application_id / "logs")
         folder.mkdir(parents=True, exist_ok=True)
         launched_at = time.time()
-        log_path = folder / f"app-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(launched_at))}.log"
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(launched_at))
+        log_path = folder / f"app-{stamp}.{int(launched_at * 1000) % 1000:03d}.log"
         cmd = self.command(extra_overrides)
         self.log.info("launching %s detached: %s (log %s)", self.application_id, cmd, log_path)
         with log_path.open("ab") as log:

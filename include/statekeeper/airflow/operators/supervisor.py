@@ -390,6 +390,7 @@ class StatekeeperAppSupervisorOperator(StatekeeperAppOperator):
             "explanation": pending.get("explanation"),
             "backoff_s": pending.get("backoff_s"),
             "pid": identity.pid,
+            "launched_at": identity.launched_at,
             "log_path": identity.log_path,
         }
         ti.xcom_push(key="restart", value=result)

@@ -1,0 +1,283 @@
+"""Supervision of a real app through the statekeeper_apps DAG: ``dag.test()`` runs each
+reconcile step with its trigger inline; the app is word_count launched detached with the
+venv's spark-submit on ``local[2]`` (the ``spark_default`` connection) against the
+embedded broker.
+
+One word_count app goes through: launch → a second run reconnects (no second launch) →
+kill -9 of its process group while a step watches (process gone → restart) → SIGSTOP of its
+group with input pending (batch counter stalled → SIGKILL, restart) → graceful stop
+(action=stop); its store then equals the reference recomputation. A second app that cannot
+start (no broker) is restarted once, then marked FAILED and never relaunched.
+Thresholds are seconds, not minutes, to keep the suite short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spark_apps.app_process import spark_app_spec
+from spark_apps.word_count import reference as wc_ref
+from spark_apps.word_count.generator import word_count_lines
+from statekeeper.airflow.supervision.policy import batches_of, pending_records
+from statekeeper.app.spec import load_app_spec
+from statekeeper.app.store_reader import read_store
+from statekeeper.generate.producer import produce
+from statekeeper.kafka.topic_reader import read_topic
+
+PARTITIONS = 4
+SPARK_CONN = {
+    "conn_type": "spark",
+    "host": "local[2]",
+    "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
+}
+# Seconds: checks twice a second, restarts after 0.2-0.4 s, stalls found after 4 s.
+FAST = {
+    "check_interval_s": 0.5,
+    "startup_timeout_s": 90,
+    "stall_timeout_s": 4,
+    "heartbeat_timeout_s": 60,
+    "lag_growth_checks": 0,
+    "backoff_base_s": 0.2,
+    "backoff_max_s": 1,
+    "max_restarts": 3,
+    "stop_timeout_s": 60,
+}
+
+
+def _spec(folder: Path, app_id: str, settings: dict[str, Any], params: dict[str, str]) -> Path:
+    """word_count's spec re-targeted (topics, state, checkpoints) in ``folder/<app>/``."""
+    raw = load_app_spec(spark_app_spec("word_count")).model_dump()
+    raw["application_id"] = app_id
+    raw["params"] = {**raw["params"], **params}
+    raw["settings"] = {**raw["settings"], **settings}
+    raw["supervision"] = {}
+    path = folder / app_id / "word_count.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _kill_launched(marker: str) -> None:
+    """SIGKILL every process group whose leader's command line names ``marker``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            with contextlib.suppress(OSError):
+                os.killpg(os.getpgid(int(entry.name)), signal.SIGKILL)
+
+
+def _status(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _wait(predicate, timeout_s: float, what: str, poll_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def _until_running(status_file: Path, since: float) -> dict[str, Any]:
+    """The sensor's trigger (mode until_running) run to its event."""
+    from statekeeper.airflow.triggers import AppHealthTrigger
+
+    trigger = AppHealthTrigger(
+        application_id="app",
+        status_file=str(status_file),
+        launched_at=since,
+        config={"check_interval_s": 0.3, "watch_period_s": 120, "startup_timeout_s": 120},
+        mode="until_running",
+    )
+
+    async def first_event() -> dict[str, Any]:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(first_event())
+
+
+class Supervised:
+    """The statekeeper_apps DAG over one specs folder, run with dag.test()."""
+
+    def __init__(self, specs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("STATEKEEPER_SPECS_DIR", str(specs))
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(SPARK_CONN))
+        from airflow.dag_processing.dagbag import DagBag
+
+        from .conftest import DAGS
+
+        bag = DagBag(dag_folder=DAGS / "statekeeper_apps.py")
+        assert bag.import_errors == {}
+        self.dag = bag.dags["statekeeper_apps"]
+
+    def run(self, **conf: Any) -> tuple[str, dict[str, Any]]:
+        """One DAG run; returns (the run's state, {task id: (state, return value)})."""
+        started = time.perf_counter()
+        run = self.dag.test(run_conf=conf)
+        out = {}
+        for ti in run.get_task_instances():
+            out[ti.task_id] = (ti.state, ti.xcom_pull(task_ids=ti.task_id))
+        print(f"dag.test({conf.get('action', 'reconcile')}): {out} in "
+              f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+        return run.state, out
+
+
+@pytest.fixture
+def specs(tmp_path, request):
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    request.addfinalizer(lambda: _kill_launched(str(folder)))
+    return folder
+
+
+def test_supervisor_reconnects_restarts_after_kill9_and_stall_then_stops(
+    airflow_db, broker, specs, monkeypatch
+):
+    bootstrap = broker.bootstrap_servers
+    suffix = uuid.uuid4().hex[:6]
+    app_id, topic = f"wc-sup-{suffix}", f"lines-{suffix}"
+    state_dir = specs.parent / "state"
+    spec = _spec(
+        specs,
+        app_id,
+        {
+            "bootstrap_servers": bootstrap,
+            "state_dir": str(state_dir),
+            "checkpoint_dir": str(specs.parent / "checkpoints"),
+            "max_records_per_batch": 1_000,
+            "commit_interval_ms": 1000,
+            "lock_timeout_s": 60,
+        },
+        {"input_topic": topic, "output_topic": f"word-counts-{suffix}"},
+    )
+    status_file = state_dir / app_id / "status.json"
+    logs = state_dir / app_id / "logs"
+    task = f"supervise_{app_id}"
+    produce(bootstrap, topic, word_count_lines(1_000, seed=11), partitions=PARTITIONS)
+    dag = Supervised(specs, monkeypatch)
+
+    # 1. Launch (watched briefly), then wait, as the sensor does, until it runs batches.
+    state, out = dag.run(supervision={**FAST, "watch_period_s": 1})
+    assert state == "success", out
+    first = out[task][1]
+    assert first["action"] == "launched" and first["checks"] >= 2, first
+    pid = first["pid"]
+    running = _until_running(status_file, first["status"]["checked_at"] - 30)
+    assert running["healthy"] and running["status"]["state"] == "RUNNING", running
+
+    # 2. The next run reconnects to the same process: no second launch.
+    state, out = dag.run(supervision={**FAST, "watch_period_s": 1})
+    assert state == "success" and out[task][1]["action"] == "reconnected", out
+    assert out[task][1]["pid"] == pid and len(list(logs.glob("*.log"))) == 1
+
+    # 3. kill -9 of the whole group while a step watches: process gone, restarted.
+    def kill_soon() -> None:
+        time.sleep(2)
+        os.killpg(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    state, out = dag.run(supervision={**FAST, "watch_period_s": 60})
+    killer.join()
+    restarted = out[task][1]
+    assert state == "success" and restarted["action"] == "restarted", out
+    assert restarted["reasons"].startswith(f"process gone: pid {pid} exited"), restarted
+    assert restarted["restart"] == 1 and restarted["pid"] != pid
+    assert len(list(logs.glob("*.log"))) == 2
+
+    # 4. More input, the app paused (SIGSTOP) in the middle of it: stalled, restarted.
+    produce(bootstrap, topic, word_count_lines(2_500, seed=12), partitions=PARTITIONS)
+    _wait(
+        lambda: (
+            (s := _status(status_file)).get("started_at", 0) >= restarted["launched_at"]
+            and s.get("state") == "RUNNING"
+            and (batches_of(s) or 0) >= 1
+            and (pending_records(s) or 0) > 1_000
+        ),
+        120,
+        "the restarted app to work through a backlog",
+    )
+    second = restarted["pid"]
+    os.killpg(second, signal.SIGSTOP)
+    state, out = dag.run(supervision={**FAST, "watch_period_s": 60})
+    stalled = out[task][1]
+    assert state == "success" and stalled["action"] == "restarted", out
+    assert "batch counter stalled" in stalled["reasons"], stalled
+    assert stalled["restart"] == 2 and stalled["backoff_s"] == pytest.approx(0.4)
+
+    # 5. It drains the input; a graceful stop; the store equals the recomputation.
+    _wait(
+        lambda: (
+            (s := _status(status_file)).get("started_at", 0) >= stalled["launched_at"]
+            and s.get("state") == "RUNNING"
+            and pending_records(s) == 0
+        ),
+        180,
+        "the app to drain its input",
+        poll_s=0.5,
+    )
+    state, out = dag.run(action="stop", supervision=FAST)
+    stop = out[task][1]
+    assert state == "success" and stop["outcome"] == "graceful", out
+    assert _status(status_file)["state"] == "NOT_RUNNING"
+    state, out = dag.run(supervision=FAST)  # stopped by an operator: skipped, not relaunched
+    assert out[task][0] == "skipped" and len(list(logs.glob("*.log"))) == 3, out
+
+    settings = load_app_spec(spec).resolved_settings()
+    expected = wc_ref.recompute(read_topic(bootstrap, topic))
+    counts = read_store(settings, load_app_spec(spec).build_topology(), "word-counts", PARTITIONS)
+    assert counts == expected.counts
+
+
+def test_restart_limit_marks_the_app_failed_and_stops_relaunching(
+    airflow_db, broker, specs, monkeypatch
+):
+    suffix = uuid.uuid4().hex[:6]
+    app_id = f"wc-fail-{suffix}"
+    state_dir = specs.parent / "state"
+    _spec(
+        specs,
+        app_id,
+        # Nothing listens there: the app gives up after 1 s and exits.
+        {"bootstrap_servers": "127.0.0.1:9", "broker_timeout_s": 1, "state_dir": str(state_dir)},
+        {"input_topic": f"lines-{suffix}", "output_topic": f"word-counts-{suffix}"},
+    )
+    logs = state_dir / app_id / "logs"
+    task = f"supervise_{app_id}"
+    dag = Supervised(specs, monkeypatch)
+    limits = {**FAST, "max_restarts": 1, "watch_period_s": 60, "backoff_base_s": 0}
+
+    state, out = dag.run(supervision=limits)
+    assert state == "success" and out[task][1]["action"] == "restarted", out
+    assert out[task][1]["reasons"].startswith("process gone")
+
+    state, out = dag.run(supervision=limits)  # the relaunch fails too: over the limit
+    assert state == "failed" and out[task][0] == "failed", out
+    assert len(list(logs.glob("*.log"))) == 2
+
+    state, out = dag.run(supervision=limits)  # FAILED: fails at once, no launch
+    assert state == "failed" and len(list(logs.glob("*.log"))) == 2, out
