@@ -85,7 +85,7 @@ function appRow(app) {
   return el("tr", { "data-app": app.application_id },
     el("td", {}, el("a", { href: "#app-" + app.application_id }, app.application_id)),
     el("td", { title: app.status_note || "" }, stateBadge(app), " ",
-      el("span", { class: "note" }, app.running ? "" : app.status_note || "")),
+      el("span", { class: "note" }, app.running ? "" : "last status " + ago(app.status_updated_at))),
     el("td", { class: "num" }, num(app.lag)),
     el("td", {}, batch ? `#${batch.batch_id}: ${num(batch.records)} records in ` +
       `${duration(batch.seconds)}, ${ago(batch.finished_at)}` : "–"),
@@ -157,6 +157,9 @@ function trendChart(drills) {
     ? null : `${xs(i)},${yRpo(rpos[i])}`).filter(Boolean);
   if (rpoPoints.length) chart.append(svg("polyline", { class: "rpo", points: rpoPoints.join(" ") }));
   drills.forEach((d, i) => {
+    if (rpos[i] !== null && rpos[i] !== undefined) {
+      chart.append(svg("rect", { class: "rpo", x: xs(i) - 3, y: yRpo(rpos[i]) - 3, width: 6, height: 6 }));
+    }
     const dot = svg("circle", { class: d.passed ? "pass" : "fail", cx: xs(i), cy: yRto(d.rto_s || 0), r: 4 });
     dot.append(svg("title", {}, `${d.drill_id}: ${d.passed ? "passed" : "FAILED"}, RTO ` +
       `${duration(d.rto_s)}, RPO ${duration(d.rpo_snapshot_age_s)}`));
@@ -169,15 +172,15 @@ function drillsSection(app) {
   const drills = app.drills || [];
   if (!drills.length) return el("p", { class: "note" }, "No drills yet.");
   const rows = drills.slice().reverse().map((d) => [
-    d.started_at.replace("T", " ").slice(0, 19),
+    el("span", { class: "mono" }, d.drill_id), d.started_at.replace("T", " ").slice(0, 19),
     el("span", { title: (d.failures || []).join("\n") }, badge(d.passed ? "pass" : "fail", d.passed ? "ok" : "bad")),
     duration(d.rto_s), duration(d.rpo_snapshot_age_s), num(d.rpo_source_records_behind),
     num(d.records_replayed), d.from_snapshot || "–",
     el("span", {}, link((d.urls || {}).report, "report"), " · ",
       link((d.urls || {}).data_docs, "Data Docs"))]);
   return el("div", {}, trendChart(drills),
-    table(["Started (UTC)", "Result", "RTO", "RPO (snapshot age)", "RPO (source records behind)",
-      "Records replayed", "From", "Reports"], rows, [2, 3, 4, 5]));
+    table(["Drill", "Started (UTC)", "Result", "RTO", "RPO (snapshot age)",
+      "RPO (source records behind)", "Records replayed", "From", "Reports"], rows, [3, 4, 5, 6]));
 }
 
 function auditsSection(app) {
