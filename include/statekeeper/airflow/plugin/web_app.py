@@ -84,7 +84,11 @@ def create_app(spec_paths: SpecPaths = discovered_spec_paths) -> FastAPI:
     def overview() -> dict[str, Any]:
         from statekeeper.ops.overview import gather_overview
 
-        data = gather_overview(spec_paths())
+        try:
+            paths = spec_paths()
+        except ConfigError as exc:  # e.g. no specs folder: say so on the page
+            raise HTTPException(503, f"cannot list the app specs: {exc}") from None
+        data = gather_overview(paths)
         for entry in data["apps"]:
             _add_links(entry)
         return data

@@ -215,7 +215,10 @@ async function load() {
     if (resp.status === 401 || resp.status === 403) {
       throw new Error(`not allowed (HTTP ${resp.status}): log in to Airflow first`);
     }
-    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+    if (!resp.ok) {
+      const body = await resp.json().catch(() => ({}));
+      throw new Error(`HTTP ${resp.status}` + (body.detail ? ": " + body.detail : ""));
+    }
     const data = await resp.json();
     document.querySelector("#apps tbody").replaceChildren(...data.apps.map(appRow));
     document.getElementById("details").replaceChildren(...data.apps.map(appDetails));
