@@ -1027,6 +1027,9 @@ def _add_platform(commands: argparse._SubParsersAction[argparse.ArgumentParser])
             sub.add_argument("--airflow-port", type=int, help="default: last used, else 8080")
             sub.add_argument("--broker-port", type=int, help="default: last used, else 9092")
             sub.add_argument("--timeout", type=float, default=180.0, help="seconds to come up")
+            sub.add_argument(
+                "--specs-dir", type=Path, help="app specs the DAGs act on (default: spark_apps/)"
+            )
 
 
 def _cmd_platform_up(args: argparse.Namespace) -> int:
@@ -1034,7 +1037,10 @@ def _cmd_platform_up(args: argparse.Namespace) -> int:
     from statekeeper.platform.report import up_text
 
     config = PlatformConfig.load(
-        args.root, airflow_port=args.airflow_port, broker_port=args.broker_port
+        args.root,
+        airflow_port=args.airflow_port,
+        broker_port=args.broker_port,
+        specs_dir=args.specs_dir,
     )
     say = (lambda _: None) if args.json else (lambda line: print(line, flush=True))
     result = up(config, timeout_s=args.timeout, say=say)

@@ -53,6 +53,10 @@ def _cmdlines_naming(root: Path) -> list[str]:
 def test_up_status_second_up_and_down_leaves_nothing(tmp_path):
     root = tmp_path / "platform"
     ports = ["--airflow-port", str(free_port()), "--broker-port", str(free_port())]
+    # No app specs: the DAGs register without tasks and no Spark app is launched (a
+    # detached process below stands in for one).
+    (tmp_path / "specs").mkdir()
+    ports += ["--specs-dir", str(tmp_path / "specs")]
     started = time.monotonic()
     detached = None
     try:
@@ -95,7 +99,9 @@ def test_up_status_second_up_and_down_leaves_nothing(tmp_path):
             start_new_session=True,
         )
     finally:
+        down_started = time.monotonic()
         down = _cli("down", "--root", str(root), timeout=120)
+        print(f"platform down in {time.monotonic() - down_started:.1f} s")
     assert down.returncode == 0, down.stdout + down.stderr[-3000:]
     assert detached is not None and detached.wait(5) is not None
     assert json.loads(down.stdout)["left"] == []

@@ -31,6 +31,7 @@ from statekeeper.platform.processes import (
     ProcessRecord,
     exited_early,
     group_members,
+    parent_pid,
     process_group,
     processes_of,
     start_process,
@@ -356,12 +357,14 @@ def _cmdline(pid: int) -> str:
 
 
 def _stop_apps(config: PlatformConfig, spared: set[int], timeout_s: float) -> list[int]:
-    """Stop the detached apps (process group leaders carrying the marker) gracefully: SIGTERM
-    to the Python driver named by the app's status file when it is in the group (it finishes
-    the batch and commits; spark-submit then exits), else to the leader; the group is killed
-    after ``timeout_s``. Returns the groups' leaders."""
+    """Stop the detached apps (group leaders carrying the marker, their parent not)
+    gracefully: SIGTERM to the Python driver named by the app's status file when it is in
+    the group (it finishes the batch and commits; spark-submit then exits), else to the
+    leader; the group is killed after ``timeout_s``. Returns the groups' leaders."""
     marked = [p for p in processes_of(config.root) if p not in spared]
-    leaders = [p for p in marked if process_group(p) == p]
+    # A launched app leads its own group and outlived the task that launched it; groups
+    # whose parent is a platform process (Spark's Python workers) go down with their app.
+    leaders = [p for p in marked if process_group(p) == p and parent_pid(p) not in marked]
     drivers = {}
     for status_file in config.root.glob("state/*/status.json"):
         with contextlib.suppress(OSError, ValueError, TypeError):

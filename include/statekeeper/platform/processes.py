@@ -66,6 +66,12 @@ def _stat_fields(pid: int) -> list[str] | None:
     return stat.rsplit(")", 1)[1].split()
 
 
+def parent_pid(pid: int) -> int | None:
+    """The parent of a live ``pid`` (None if gone)."""
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[1])  # field 4: ppid
+
+
 def _start_ticks(pid: int) -> int | None:
     """Start time of a live, non-zombie ``pid`` in clock ticks since boot; None if gone."""
     fields = _stat_fields(pid)
