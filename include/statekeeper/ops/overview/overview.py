@@ -72,20 +72,25 @@ def app_overview(spec_path: str | Path, status_timeout_s: float = 1.0) -> dict[s
     }
 
 
+def spec_of(spec_paths: Iterable[str | Path], application_id: str) -> str | Path:
+    """The spec among ``spec_paths`` of app ``application_id``; ConfigError if none is."""
+    for path in spec_paths:
+        if load_app_spec(path).application_id == application_id:
+            return path
+    raise ConfigError(f"no app spec with application id {application_id!r}")
+
+
 def drill_report_dir(spec_paths: Iterable[str | Path], application_id: str, drill_id: str) -> Path:
     """The report directory of drill ``drill_id`` of app ``application_id`` (one of the apps
     of ``spec_paths``), as the drill history records it. Raises ConfigError naming what is
     unknown."""
-    for path in spec_paths:
-        spec = load_app_spec(path)
-        if spec.application_id != application_id:
-            continue
-        settings: StatekeeperSettings = spec.resolved_settings()
-        found = report_dir_of(Path(settings.state_dir), settings.application_id, drill_id)
-        if found is None:
-            raise ConfigError(f"app {application_id} has no drill {drill_id!r} in its history")
-        return found
-    raise ConfigError(f"no app spec with application id {application_id!r}")
+    settings: StatekeeperSettings = load_app_spec(
+        spec_of(spec_paths, application_id)
+    ).resolved_settings()
+    found = report_dir_of(Path(settings.state_dir), settings.application_id, drill_id)
+    if found is None:
+        raise ConfigError(f"app {application_id} has no drill {drill_id!r} in its history")
+    return found
 
 
 def _section(errors: dict[str, str], name: str, read: Callable[[], Any], default: Any) -> Any:
