@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -30,6 +31,11 @@ from statekeeper.app.statekeeper_app import StatekeeperApp
 from statekeeper.app.store_reader import read_store
 from statekeeper.generate.producer import produce
 from statekeeper.kafka.topic_reader import read_topic
+from statekeeper.spark.jvm_shutdown import (
+    install_graceful_stop_hook,
+    jvm_is_parent,
+    register_stop_hook,
+)
 from tests.e2e.harness import AppUnderTest
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -216,3 +222,27 @@ def test_without_the_hook_sigterm_to_spark_submit_kills_the_batch(
     assert run.status["state"] == "ERROR" and run.status["error"], run.status
     counting = _counting_tasks(run.status)
     assert any(t["committed_batch_id"] != t["last_batch_id"] for t in counting.values()), counting
+
+
+def test_no_stop_hook_when_python_is_the_jvms_parent(spark: Any) -> None:
+    """In this process Python started the JVM: a SIGTERM reaches Python first, and its own
+    handler stops the app, so nothing is registered in the JVM."""
+    assert not jvm_is_parent(spark.sparkContext._jvm)
+    assert install_graceful_stop_hook(spark, lambda: None, 30.0) is None
+
+
+def test_stop_hook_registers_runs_and_unregisters_in_the_jvm(spark: Any) -> None:
+    """The hook as Hadoop's shutdown-hook manager sees it: registered, run from the JVM (a
+    py4j callback that asks for the stop and waits for the release), removed by close()."""
+    manager = spark.sparkContext._jvm.org.apache.hadoop.util.ShutdownHookManager.get()
+    stops: list[float] = []
+    installed = register_stop_hook(spark, lambda: stops.append(time.monotonic()), 5.0)
+    assert manager.hasShutdownHook(installed.java_hook)
+    threading.Timer(0.3, installed.hook.release).start()  # "the app stopped"
+    started = time.monotonic()
+    installed.java_hook.run()  # what the JVM's shutdown calls: back into this process
+    assert installed.hook.ran and len(stops) == 1
+    assert 0.2 < time.monotonic() - started < 4.0  # it waited for the release, not wait_s
+    installed.hook.ran = False  # as if no shutdown had called it: close() unregisters
+    installed.close()
+    assert not manager.hasShutdownHook(installed.java_hook)

@@ -49,11 +49,7 @@ OUTLIVE_JVM_S = 30.0
 class GracefulStopHook:
     """A ``java.lang.Runnable`` implemented in Python (a py4j callback): run by the JVM's
     shutdown, it calls ``request_stop`` and waits until :meth:`release` (the app stopped)
-    or ``wait_s`` passes.
-
-    Hadoop's hook manager keeps hooks in a set, so the proxy answers ``hashCode`` and
-    ``equals`` (py4j forwards them to Python) as an identity.
-    """
+    or ``wait_s`` passes."""
 
     def __init__(self, request_stop: Callable[[], None], wait_s: float) -> None:
         self._request_stop = request_stop
@@ -67,7 +63,7 @@ class GracefulStopHook:
         try:
             log.warning(
                 "driver JVM shutting down (SIGTERM to spark-submit?): finishing the current "
-                "batch, then stopping; Spark's shutdown waits up to %.0fs",
+                "batch, then stopping; Spark's shutdown waits up to %gs",
                 self.wait_s,
             )
             started = time.monotonic()
@@ -79,7 +75,7 @@ class GracefulStopHook:
                 )
             else:
                 log.error(
-                    "app not stopped within %.0fs of the JVM's shutdown: Spark stops now, "
+                    "app not stopped within %gs of the JVM's shutdown: Spark stops now, "
                     "under the running batch (it is not committed and runs again on restart)",
                     self.wait_s,
                 )
@@ -90,26 +86,24 @@ class GracefulStopHook:
         """The app has stopped (or failed): a JVM shutdown waiting in :meth:`run` goes on."""
         self._released.set()
 
-    def hashCode(self) -> int:  # noqa: N802 (java.lang.Object)
-        return id(self) & 0x7FFFFFFF
-
-    def equals(self, other: Any) -> bool:
-        return other is self
-
-    def toString(self) -> str:  # noqa: N802 (java.lang.Object)
-        return f"statekeeper graceful stop hook (wait {self.wait_s:.0f}s)"
-
     class Java:
         implements = ["java.lang.Runnable"]
 
 
 class InstalledStopHook:
-    """A :class:`GracefulStopHook` registered in the JVM; :meth:`close` when the app ends."""
+    """A :class:`GracefulStopHook` registered in the JVM; :meth:`close` when the app ends.
 
-    def __init__(self, hook: GracefulStopHook, manager: Any, jvm_pid: int) -> None:
+    ``java_hook`` is what Hadoop's manager holds: a Java ``Thread`` (never started) whose
+    ``run()`` calls the Python hook. Hadoop compares hooks by reference, and py4j makes a
+    new Java proxy each time a Python object is passed, so the proxy itself could never be
+    found again to be removed; the one Java object held here can.
+    """
+
+    def __init__(self, hook: GracefulStopHook, java_hook: Any, manager: Any) -> None:
         self.hook = hook
+        self.java_hook = java_hook
         self._manager = manager
-        self._jvm_pid = jvm_pid
+        self._parent_pid = os.getppid()  # the JVM, under spark-submit
 
     def close(self) -> None:
         """Release a shutdown waiting for the app and unregister the hook, so a JVM that
@@ -122,7 +116,7 @@ class InstalledStopHook:
             return
         try:
             if not self._manager.isShutdownInProgress():
-                self._manager.removeShutdownHook(self.hook)
+                self._manager.removeShutdownHook(self.java_hook)
         except Exception as exc:  # the JVM is gone (kill -9) or going: nothing to undo
             log.debug("graceful stop hook not removed: %s", exc)
 
@@ -135,7 +129,7 @@ class InstalledStopHook:
             with contextlib.suppress(OSError, ValueError):  # the JVM's end may be gone
                 stream.flush()
         deadline = time.monotonic() + OUTLIVE_JVM_S
-        while os.getppid() == self._jvm_pid and time.monotonic() < deadline:
+        while os.getppid() == self._parent_pid and time.monotonic() < deadline:
             time.sleep(0.05)
 
 
@@ -152,21 +146,32 @@ def install_graceful_stop_hook(
     shutdown hook that stops the app gracefully before Spark's hooks run; else ``None``
     (nothing changes). ``request_stop`` must return at once; the hook then waits until
     :meth:`InstalledStopHook.close` or ``wait_s``."""
+    if wait_s <= 0 or not jvm_is_parent(spark.sparkContext._jvm):
+        return None
+    installed = register_stop_hook(spark, request_stop, wait_s)
+    log.info(
+        "launched by the driver JVM: a JVM shutdown (SIGTERM to spark-submit) stops the app "
+        "gracefully first (waits up to %gs)",
+        wait_s,
+    )
+    return installed
+
+
+def register_stop_hook(
+    spark: Any, request_stop: Callable[[], None], wait_s: float
+) -> InstalledStopHook:
+    """Register a :class:`GracefulStopHook` in Hadoop's shutdown-hook manager at
+    :data:`HOOK_PRIORITY`, with a JVM-side timeout of ``wait_s`` plus a margin (no check of
+    who is whose parent: :func:`install_graceful_stop_hook` decides that)."""
     from pyspark.java_gateway import ensure_callback_server_started
 
     context = spark.sparkContext
     jvm = context._jvm
-    if wait_s <= 0 or not jvm_is_parent(jvm):
-        return None
     ensure_callback_server_started(context._gateway)  # the JVM calls the hook through it
     hook = GracefulStopHook(request_stop, wait_s)
+    java_hook = jvm.java.lang.Thread(hook, "statekeeper-graceful-stop")
     manager = jvm.org.apache.hadoop.util.ShutdownHookManager.get()
     timeout_ms = int((wait_s + JVM_TIMEOUT_MARGIN_S) * 1000)
     milliseconds = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
-    manager.addShutdownHook(hook, HOOK_PRIORITY, timeout_ms, milliseconds)
-    log.info(
-        "launched by the driver JVM: a JVM shutdown (SIGTERM to spark-submit) stops the app "
-        "gracefully first (waits up to %.0fs)",
-        wait_s,
-    )
-    return InstalledStopHook(hook, manager, os.getppid())
+    manager.addShutdownHook(java_hook, HOOK_PRIORITY, timeout_ms, milliseconds)
+    return InstalledStopHook(hook, java_hook, manager)
