@@ -137,6 +137,9 @@ class Supervised:
     def run(self, **conf: Any) -> tuple[str, dict[str, Any]]:
         """One DAG run; returns (the run's state, {task id: (state, return value)})."""
         started = time.perf_counter()
+        # Every param, every run: in dag.test() tasks run in this process, and a run's conf
+        # stays in the task's params for the next run.
+        conf = {"action": "reconcile", "apps": [], **conf}
         run = self.dag.test(run_conf=conf)
         out = {}
         for ti in run.get_task_instances():
@@ -168,7 +171,7 @@ def test_supervisor_reconnects_restarts_after_kill9_and_stall_then_stops(
             "bootstrap_servers": bootstrap,
             "state_dir": str(state_dir),
             "checkpoint_dir": str(specs.parent / "checkpoints"),
-            "max_records_per_batch": 1_000,
+            "max_records_per_batch": 1_500,
             "commit_interval_ms": 1000,
             "lock_timeout_s": 60,
         },
@@ -177,7 +180,7 @@ def test_supervisor_reconnects_restarts_after_kill9_and_stall_then_stops(
     status_file = state_dir / app_id / "status.json"
     logs = state_dir / app_id / "logs"
     task = f"supervise_{app_id}"
-    produce(bootstrap, topic, word_count_lines(1_000, seed=11), partitions=PARTITIONS)
+    produce(bootstrap, topic, word_count_lines(600, seed=11), partitions=PARTITIONS)
     dag = Supervised(specs, monkeypatch)
 
     # 1. Launch (watched briefly), then wait, as the sensor does, until it runs batches.
@@ -210,13 +213,13 @@ def test_supervisor_reconnects_restarts_after_kill9_and_stall_then_stops(
     assert len(list(logs.glob("*.log"))) == 2
 
     # 4. More input, the app paused (SIGSTOP) in the middle of it: stalled, restarted.
-    produce(bootstrap, topic, word_count_lines(2_500, seed=12), partitions=PARTITIONS)
+    produce(bootstrap, topic, word_count_lines(1_200, seed=12), partitions=PARTITIONS)
     _wait(
         lambda: (
             (s := _status(status_file)).get("started_at", 0) >= restarted["launched_at"]
             and s.get("state") == "RUNNING"
             and (batches_of(s) or 0) >= 1
-            and (pending_records(s) or 0) > 1_000
+            and (pending_records(s) or 0) > 0
         ),
         120,
         "the restarted app to work through a backlog",
@@ -281,3 +284,52 @@ def test_restart_limit_marks_the_app_failed_and_stops_relaunching(
 
     state, out = dag.run(supervision=limits)  # FAILED: fails at once, no launch
     assert state == "failed" and len(list(logs.glob("*.log"))) == 2, out
+
+
+def test_running_sensor_defers_to_the_trigger_and_reads_its_event(tmp_path):
+    """The sensor's own path: execute defers to the trigger (until_running), the trigger
+    reads the status file, execute_complete passes on RUNNING and fails on ERROR."""
+    from airflow.sdk.exceptions import AirflowException, TaskDeferred
+
+    from statekeeper.airflow.sensors import StatekeeperAppRunningSensor
+
+    spec = _spec(
+        tmp_path,
+        "wc-sensor",
+        {"state_dir": str(tmp_path / "state")},
+        {"input_topic": "lines", "output_topic": "counts"},
+    )
+    status_file = tmp_path / "state" / "wc-sensor" / "status.json"
+    status_file.parent.mkdir(parents=True)
+    sensor = StatekeeperAppRunningSensor(
+        task_id="wait", spec_path=str(spec), poke_interval=0.2, timeout=5
+    )
+    for doc, healthy in [
+        (
+            {
+                "state": "RUNNING",
+                "throughput": {"batches": 3},
+                "task_live": {"0_0": {"source_lag": 0}},
+            },
+            True,
+        ),
+        ({"state": "ERROR", "error": "StatekeeperError: boom"}, False),
+    ]:
+        status_file.write_text(json.dumps({**doc, "started_at": time.time()}))
+        with pytest.raises(TaskDeferred) as deferred:
+            sensor.execute({})
+        trigger = deferred.value.trigger
+        assert trigger.serialize()[1]["mode"] == "until_running"
+
+        async def first_event(trigger=trigger) -> dict[str, Any]:
+            async for event in trigger.run():
+                return event.payload
+            raise AssertionError("no event")
+
+        event = asyncio.run(first_event())
+        assert event["healthy"] is healthy, event
+        if healthy:
+            assert sensor.execute_complete({}, event)["state"] == "RUNNING"
+        else:
+            with pytest.raises(AirflowException, match="not running: app reported ERROR: .*boom"):
+                sensor.execute_complete({}, event)

@@ -411,7 +411,12 @@ class StatekeeperAppSupervisorOperator(StatekeeperAppOperator):
 
         identity = AppProcessIdentity.from_json(record.identity)
         doc = of_launch(read_status_file(identity.status_file)[0], identity.launched_at)
-        result = stop_app(identity, cfg.stop_timeout_s, driver_pid=(doc or {}).get("pid"))
+        result = stop_app(
+            identity,
+            cfg.stop_timeout_s,
+            target=cfg.stop_signal_target,
+            driver_pid=(doc or {}).get("pid"),
+        )
         record.identity = None
         self.log.info(
             "%s stopped (%s): %s after SIGTERM to %s, %.1fs",

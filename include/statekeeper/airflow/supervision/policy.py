@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -71,6 +71,11 @@ class SupervisionConfig(BaseModel):
         60.0, gt=0, description="A graceful stop (SIGTERM) waits this long, then kill -9"
     )
     status_timeout_s: float = Field(2.0, gt=0, description="Timeout of one GET /status")
+    stop_signal_target: Literal["spark-submit", "driver"] = Field(
+        "spark-submit",
+        description="Who gets a graceful stop's SIGTERM: the launched spark-submit (its JVM "
+        "stop hook has the Python driver finish and commit first) or the Python driver itself",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SupervisionConfig:

@@ -174,25 +174,32 @@ def stop_app(
     identity: AppProcessIdentity,
     timeout_s: float,
     *,
+    target: str = "spark-submit",
     driver_pid: int | None = None,
 ) -> StopResult:
     """Stop gracefully: SIGTERM, wait up to ``timeout_s`` for the whole group to exit, then
     kill -9 the group.
 
-    SIGTERM goes to the Python driver (``driver_pid``, from the app's status) when it is a
-    member of the app's group: the driver finishes the running batch, commits and stops its
-    query, and spark-submit's JVM then exits by itself. Without a driver pid it goes to the
-    launched spark-submit process.
+    ``target`` "spark-submit": SIGTERM to the launched process (the driver JVM), whose stop
+    hook (statekeeper.spark.jvm_shutdown) has the Python driver finish the running batch,
+    commit and stop its query before Spark shuts down. "driver": SIGTERM to the Python
+    driver (``driver_pid``, from the app's status; it must be in the app's group), whose own
+    handler does the same, after which the JVM exits by itself.
     """
     started = time.monotonic()
     alive, _ = identity.alive()
     if not alive and not (identity.group_may_be_signalled() and group_members(identity.pid)):
         return StopResult("not_running", "", 0.0)
-    target, name = identity.pid, f"spark-submit (pid {identity.pid})"
-    if driver_pid and driver_pid in group_members(identity.pid):
-        target, name = driver_pid, f"the Python driver (pid {driver_pid})"
+    pid, name = identity.pid, f"spark-submit (pid {identity.pid})"
+    if target == "driver":
+        if not driver_pid or driver_pid not in group_members(identity.pid):
+            raise ValueError(
+                f"stop target 'driver': the Python driver pid {driver_pid} is not in the app's "
+                f"process group {identity.pid}"
+            )
+        pid, name = driver_pid, f"the Python driver (pid {driver_pid})"
     with contextlib.suppress(ProcessLookupError):
-        os.kill(target, signal.SIGTERM)
+        os.kill(pid, signal.SIGTERM)
     if wait_group_gone(identity, timeout_s):
         return StopResult("graceful", name, time.monotonic() - started)
     kill_group(identity)
