@@ -205,7 +205,7 @@ def stack(request, broker, admin, tmp_path_factory) -> Any:
     base_url = f"http://127.0.0.1:{port}"
     server_log = work / "api-server.log"
     server = _start_api_server(port, specs, password_file, server_log)
-    request.addfinalizer(lambda: _stop_group(server, timeout_s=5))  # then SIGKILL: a test server
+    request.addfinalizer(lambda: _stop_group(server, timeout_s=2))  # then SIGKILL: a test server
     marks.append(("api-server started", time.perf_counter()))
 
     status = app.wait_for(lambda s: (s.get("throughput") or {}).get("batches", 0) >= 1, 240)
