@@ -107,18 +107,20 @@ class InstalledStopHook:
 
     def close(self) -> None:
         """Release a shutdown waiting for the app and unregister the hook, so a JVM that
-        exits later does not call back into a Python driver that may be gone. After a
-        shutdown called the hook, this process waits for the JVM at exit (see
+        exits later does not call back into a Python driver that may be gone. Once the
+        JVM's shutdown has begun, this process waits for the JVM at exit instead (see
         :meth:`_outlive_jvm`)."""
         self.hook.release()
-        if self.hook.ran:
+        shutting_down = True
+        if not self.hook.ran:
+            try:
+                shutting_down = bool(self._manager.isShutdownInProgress())
+                if not shutting_down:
+                    self._manager.removeShutdownHook(self.java_hook)
+            except Exception as exc:  # the JVM is gone (kill -9): nothing to undo
+                log.debug("graceful stop hook not removed: %s", exc)
+        if shutting_down:
             atexit.register(self._outlive_jvm)
-            return
-        try:
-            if not self._manager.isShutdownInProgress():
-                self._manager.removeShutdownHook(self.java_hook)
-        except Exception as exc:  # the JVM is gone (kill -9) or going: nothing to undo
-            log.debug("graceful stop hook not removed: %s", exc)
 
     def _outlive_jvm(self) -> None:
         """At exit, after the hook ran: the hook's answer travels on a py4j daemon thread of
