@@ -24,7 +24,7 @@ from typing import Any
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka import embedded
 from statekeeper.platform import airflow_api
-from statekeeper.platform.airflow_env import admin_password, platform_env
+from statekeeper.platform.airflow_env import PASSWORDS_FILE, admin_password, platform_env
 from statekeeper.platform.layout import PlatformConfig
 from statekeeper.platform.processes import (
     MARKER_ENV,
@@ -329,6 +329,7 @@ def status(config: PlatformConfig) -> dict[str, Any]:
         "running": running,
         "ui": config.ui_url,
         "username": config.admin_user,
+        "password_file": str(config.airflow_home / PASSWORDS_FILE),
         "bootstrap_servers": config.bootstrap_servers,
         "root": str(config.root),
         "services": rows,

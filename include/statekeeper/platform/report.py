@@ -26,6 +26,7 @@ def status_text(status: dict[str, Any]) -> str:
     lines.append(f"spark-submit apps: {len(apps)}{' (pids ' + str(apps) + ')' if apps else ''}")
     state = "up" if status["running"] else "DOWN (make up starts what is missing)"
     lines.append(f"platform {state}: UI {status['ui']}, broker {status['bootstrap_servers']}")
+    lines.append(f"login: {status['username']}, password in {status['password_file']}")
     return "\n".join(lines)
 
 
