@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -141,9 +142,10 @@ class Supervised:
         # stays in the task's params for the next run.
         conf = {"action": "reconcile", "apps": [], **conf}
         run = self.dag.test(run_conf=conf)
-        out = {}
+        out, self.failed = {}, {}
         for ti in run.get_task_instances():
             out[ti.task_id] = (ti.state, ti.xcom_pull(task_ids=ti.task_id))
+            self.failed[ti.task_id] = ti.xcom_pull(task_ids=ti.task_id, key="failed")
         print(f"dag.test({conf.get('action', 'reconcile')}): {out} in "
               f"{time.perf_counter() - started:.1f} s")  # fmt: skip
         return run.state, out
@@ -262,7 +264,7 @@ def test_restart_limit_marks_the_app_failed_and_stops_relaunching(
     suffix = uuid.uuid4().hex[:6]
     app_id = f"wc-fail-{suffix}"
     state_dir = specs.parent / "state"
-    _spec(
+    spec = _spec(
         specs,
         app_id,
         # Nothing listens there: the app gives up after 1 s and exits.
@@ -276,14 +278,27 @@ def test_restart_limit_marks_the_app_failed_and_stops_relaunching(
 
     state, out = dag.run(supervision=limits)
     assert state == "success" and out[task][1]["action"] == "restarted", out
-    assert out[task][1]["reasons"].startswith("process gone")
+    # Seen either way: its status says ERROR, or its process is already gone.
+    assert re.match(
+        "app reported ERROR: BrokerUnavailableError|process gone", out[task][1]["reasons"]
+    )
 
     state, out = dag.run(supervision=limits)  # the relaunch fails too: over the limit
     assert state == "failed" and out[task][0] == "failed", out
     assert len(list(logs.glob("*.log"))) == 2
+    failed = dag.failed[task]
+    assert failed["explanation"] == "1 restart(s) within 3600s reached max_restarts=1", failed
+    assert re.match("app reported ERROR: BrokerUnavailableError|process gone", failed["reasons"])
 
     state, out = dag.run(supervision=limits)  # FAILED: fails at once, no launch
     assert state == "failed" and len(list(logs.glob("*.log"))) == 2, out
+
+    # Disabled in its spec: the desired state is "stopped"; nothing runs, nothing launches.
+    raw = yaml.safe_load(spec.read_text())
+    spec.write_text(yaml.safe_dump({**raw, "enabled": False}))
+    state, out = dag.run(supervision=limits)
+    assert state == "success" and out[task][1]["why"] == "disabled in its spec (enabled: false)"
+    assert len(list(logs.glob("*.log"))) == 2
 
 
 def test_running_sensor_defers_to_the_trigger_and_reads_its_event(tmp_path):

@@ -405,6 +405,7 @@ class StatekeeperAppSupervisorOperator(StatekeeperAppOperator):
             return {
                 "action": "stop",
                 "application_id": self.application_id,
+                "why": why,
                 "outcome": "not_running",
             }
         from statekeeper.airflow.supervision.probe import of_launch, read_status_file
