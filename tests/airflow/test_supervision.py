@@ -142,10 +142,11 @@ class Supervised:
         # stays in the task's params for the next run.
         conf = {"action": "reconcile", "apps": [], **conf}
         run = self.dag.test(run_conf=conf)
-        out, self.failed = {}, {}
+        out, self.failed, self.upgrade = {}, {}, {}
         for ti in run.get_task_instances():
             out[ti.task_id] = (ti.state, ti.xcom_pull(task_ids=ti.task_id))
             self.failed[ti.task_id] = ti.xcom_pull(task_ids=ti.task_id, key="failed")
+            self.upgrade[ti.task_id] = ti.xcom_pull(task_ids=ti.task_id, key="upgrade")
         print(f"dag.test({conf.get('action', 'reconcile')}): {out} in "
               f"{time.perf_counter() - started:.1f} s")  # fmt: skip
         return run.state, out
@@ -348,3 +349,78 @@ def test_running_sensor_defers_to_the_trigger_and_reads_its_event(tmp_path):
         else:
             with pytest.raises(AirflowException, match="not running: app reported ERROR: .*boom"):
                 sensor.execute_complete({}, event)
+
+
+def _drained(status_file: Path, since: float) -> dict[str, Any]:
+    """The status of the launch started after ``since`` once it has processed everything."""
+    return _wait(
+        lambda: (
+            (s := _status(status_file)).get("started_at", 0) >= since
+            and s.get("state") == "RUNNING"
+            and (batches_of(s) or 0) >= 1
+            and pending_records(s) == 0
+            and s
+        ),
+        240,
+        "the app to drain its input",
+        poll_s=0.5,
+    )
+
+
+@pytest.mark.e2e
+def test_redeploy_stateless_then_from_a_snapshot(airflow_db, broker, specs, monkeypatch):
+    from statekeeper.ops.snapshot_app import snapshot_running_app
+
+    bootstrap = broker.bootstrap_servers
+    suffix = uuid.uuid4().hex[:6]
+    app_id, topic = f"wc-redeploy-{suffix}", f"lines-{suffix}"
+    state_dir = specs.parent / "state"
+    spec = _spec(
+        specs,
+        app_id,
+        {
+            "bootstrap_servers": bootstrap,
+            "state_dir": str(state_dir),
+            "checkpoint_dir": str(specs.parent / "checkpoints"),
+            "snapshot_url": (specs.parent / "snaps").as_uri(),
+            "lock_timeout_s": 60,
+        },
+        {"input_topic": topic, "output_topic": f"word-counts-{suffix}"},
+    )
+    status_file = state_dir / app_id / "status.json"
+    task = f"supervise_{app_id}"
+    produce(bootstrap, topic, word_count_lines(600, seed=21), partitions=PARTITIONS)
+    dag = Supervised(specs, monkeypatch)
+    quick = {**FAST, "watch_period_s": 1}
+    state, out = dag.run(supervision=quick)
+    assert state == "success" and out[task][1]["action"] == "launched", out
+    doc = _drained(status_file, 0)
+    request = snapshot_running_app(doc["status_url"], timeout_s=120)
+    assert request["state"] == "uploaded", request
+
+    # stateless: local state deleted, every store rebuilt from its whole changelog.
+    produce(bootstrap, topic, word_count_lines(300, seed=22), partitions=PARTITIONS)
+    started = time.time()
+    state, out = dag.run(action="redeploy", upgrade_mode="stateless", supervision=quick)
+    assert state == "success" and out[task][1]["action"] == "launched", out
+    doc = _drained(status_file, started)
+    assert dag.upgrade[task] == {"mode": "stateless", "deleted": ["1_0", "1_1", "1_2", "1_3"]}
+    restores = [r for t in doc["tasks"].values() for r in (t.get("restore") or [])]
+    assert restores and all(r["full"] for r in restores), restores
+    assert any(r["records"] > 0 for r in restores), restores
+
+    # snapshot: the stopped app gets the newest snapshot installed (plus the changelog tail).
+    produce(bootstrap, topic, word_count_lines(300, seed=23), partitions=PARTITIONS)
+    started = time.time()
+    state, out = dag.run(action="redeploy", upgrade_mode="snapshot", supervision=quick)
+    assert state == "success" and out[task][1]["action"] == "launched", out
+    stores = dag.upgrade[task]["stores"]
+    assert stores and {r["source"] for r in stores} == {"snapshot"}, stores
+    _drained(status_file, started)
+    state, out = dag.run(action="stop", supervision=FAST)
+    assert state == "success" and out[task][1]["outcome"] == "graceful", out
+
+    settings = load_app_spec(spec).resolved_settings()
+    expected = wc_ref.recompute(read_topic(bootstrap, topic))
+    counts = read_store(settings, load_app_spec(spec).build_topology(), "word-counts", PARTITIONS)
+    assert counts == expected.counts

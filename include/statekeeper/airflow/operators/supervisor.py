@@ -201,7 +201,7 @@ class StatekeeperAppSupervisorOperator(StatekeeperAppOperator):
             mode = None
             if action == "redeploy":
                 mode = self.upgrade_mode
-                extra = self._apply_upgrade_mode(hook)
+                extra = self._apply_upgrade_mode(hook, context)
             self._launch(context, hook, store, record, f"action={action}", extra, mode)
             return self._watch(record, cfg)
         return self._reconcile(context, hook, cfg, store, record)
@@ -436,10 +436,12 @@ class StatekeeperAppSupervisorOperator(StatekeeperAppOperator):
             "seconds": round(result.seconds, 2),
         }
 
-    def _apply_upgrade_mode(self, hook: Any) -> dict[str, Any]:
-        """Prepare the stopped app's local state for a redeploy; extra launch settings."""
+    def _apply_upgrade_mode(self, hook: Any, context: Any) -> dict[str, Any]:
+        """Prepare the stopped app's local state for a redeploy (what was done goes to XCom
+        ``upgrade``); returns extra settings for this launch."""
         settings = hook.settings
         if self.upgrade_mode == "last-state":
+            context["ti"].xcom_push(key="upgrade", value={"mode": "last-state"})
             return {}
         if self.upgrade_mode == "snapshot":
             from statekeeper.ops.restore import LATEST, restore_app
@@ -456,6 +458,16 @@ class StatekeeperAppSupervisorOperator(StatekeeperAppOperator):
                 self.snapshot_id or LATEST,
                 [(r.task_id, r.store, r.source, r.snapshot_id) for r in reports],
             )
+            restored = [
+                {
+                    "task": r.task_id,
+                    "store": r.store,
+                    "source": r.source,
+                    "snapshot_id": r.snapshot_id,
+                }
+                for r in reports
+            ]
+            context["ti"].xcom_push(key="upgrade", value={"mode": "snapshot", "stores": restored})
             return {}
         app_dir = Path(settings.state_dir) / settings.application_id
         removed = []
@@ -470,6 +482,7 @@ class StatekeeperAppSupervisorOperator(StatekeeperAppOperator):
             self.application_id,
             removed,
         )
+        context["ti"].xcom_push(key="upgrade", value={"mode": "stateless", "deleted": removed})
         return {"restore_from_snapshots": False}
 
 
