@@ -3,8 +3,9 @@
 Generate patient events → run the app → ``kill -9`` it mid-stream → delete one task's state
 directory → restart → print the restores (partial vs full) and the alerts. Then recovering
 state: a snapshot of the running app (``POST /snapshot``), more events (the tail), a lost task
-directory restored from snapshot + tail, and a restore drill (RTO, RPO, report). Last, a check
-of every store and output against a Spark batch recomputation from the input topic.
+directory restored from snapshot + tail, and a restore drill (RTO, RPO, report). Then a check
+of every store and output against a Spark batch recomputation from the input topic. Last, the
+snapshot, restore drill and changelog audit DAGs, each run once with ``dag.test()``.
 
     python -m spark_apps.patient_monitoring.demo [--patients 40 --minutes 30 --seed 7]
 """
@@ -284,6 +285,11 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
         _compare("DLQ (malformed inputs)", sorted(dlq), sorted(expected.dlq), problems)
         if python_ref.pulse_windows != expected.pulse_windows:
             problems.append("the Spark and pure-Python recomputations disagree")
+
+        console.rule("operating it from Airflow: the snapshot, drill and audit DAGs, once each")
+        from spark_apps.patient_monitoring.demo_dags import run_dags
+
+        problems += run_dags(spec_path, overrides, say=console.print)
     for problem in problems:
         console.print(f"  [red]✗[/] {problem}")
     if problems:
