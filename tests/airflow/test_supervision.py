@@ -404,7 +404,8 @@ def test_redeploy_stateless_then_from_a_snapshot(airflow_db, broker, specs, monk
     state, out = dag.run(action="redeploy", upgrade_mode="stateless", supervision=quick)
     assert state == "success" and out[task][1]["action"] == "launched", out
     doc = _drained(status_file, started)
-    assert dag.upgrade[task] == {"mode": "stateless", "deleted": ["1_0", "1_1", "1_2", "1_3"]}
+    deleted = [f"{s}_{p}" for s in (0, 1) for p in range(PARTITIONS)]
+    assert dag.upgrade[task] == {"mode": "stateless", "deleted": deleted}
     restores = [r for t in doc["tasks"].values() for r in (t.get("restore") or [])]
     assert restores and all(r["full"] for r in restores), restores
     assert any(r["records"] > 0 for r in restores), restores

@@ -452,21 +452,13 @@ class StatekeeperAppSupervisorOperator(StatekeeperAppOperator):
                 hook.snapshot_storage(),
                 from_snapshot=self.snapshot_id or LATEST,
             )
+            restored = [r.as_dict() for r in reports]
             self.log.info(
                 "%s restored from snapshot %s: %s",
                 self.application_id,
                 self.snapshot_id or LATEST,
-                [(r.task_id, r.store, r.source, r.snapshot_id) for r in reports],
+                [(r.task, r.store, r.source, r.snapshot_id) for r in reports],
             )
-            restored = [
-                {
-                    "task": r.task_id,
-                    "store": r.store,
-                    "source": r.source,
-                    "snapshot_id": r.snapshot_id,
-                }
-                for r in reports
-            ]
             context["ti"].xcom_push(key="upgrade", value={"mode": "snapshot", "stores": restored})
             return {}
         app_dir = Path(settings.state_dir) / settings.application_id
