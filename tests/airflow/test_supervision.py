@@ -425,3 +425,36 @@ def test_redeploy_stateless_then_from_a_snapshot(airflow_db, broker, specs, monk
     expected = wc_ref.recompute(read_topic(bootstrap, topic))
     counts = read_store(settings, load_app_spec(spec).build_topology(), "word-counts", PARTITIONS)
     assert counts == expected.counts
+
+
+def test_spark_submit_command_comes_from_the_connection(tmp_path, monkeypatch):
+    """The provider's hook builds the command from spark_default (master, deploy mode,
+    binary); the app's entry point and settings follow; the binary is resolved."""
+    from statekeeper.airflow.hooks.spark_app import LAUNCHER, StatekeeperSparkAppHook, entry_point
+
+    conn = {**SPARK_CONN, "host": "spark://127.0.0.1:17077"}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(conn))
+    spec = _spec(tmp_path, "wc-cmd", {}, {"input_topic": "l", "output_topic": "c"})
+    hook = StatekeeperSparkAppHook(str(spec), {"status_port": None, "max_records_per_batch": 5})
+    cmd = hook.command({"restore_from_snapshots": False})
+    assert Path(cmd[0]).name == "spark-submit" and Path(cmd[0]).is_file()
+    assert cmd[1:] == [
+        "--master",
+        "spark://127.0.0.1:17077",
+        "--name",
+        "statekeeper-wc-cmd",
+        "--deploy-mode",
+        "client",
+        str(LAUNCHER),  # no app.py beside this spec
+        "--spec",
+        str(spec.resolve()),
+        "--set",
+        "status_port=null",
+        "--set",
+        "max_records_per_batch=5",
+        "--set",
+        "restore_from_snapshots=false",
+    ]
+    assert entry_point(spark_app_spec("word_count")).name == "app.py"
+    env = hook.launch_env()
+    assert "STATEKEEPER_DIE_WITH_PARENT" not in env and env["SPARK_LOCAL_IP"] == "127.0.0.1"
