@@ -19,7 +19,7 @@ import pytest
 from statekeeper.kafka.embedded import free_port
 from statekeeper.platform import PlatformConfig
 from statekeeper.platform.airflow_api import AirflowClient, health
-from statekeeper.platform.control import expected_dags
+from statekeeper.platform.control import dag_files
 from statekeeper.platform.processes import MARKER_ENV, ProcessRecord, processes_of
 from statekeeper.platform.services import airflow_services
 
@@ -71,8 +71,9 @@ def test_up_status_second_up_and_down_leaves_nothing(tmp_path):
         report = health(config.ui_url)
         assert report is not None and report["metadatabase"]["status"] == "healthy"
         dags = AirflowClient(config.ui_url, "admin", result["password"]).dags()
-        wanted = expected_dags(config)
-        assert len(wanted) >= 3
+        wanted = result["dags"]
+        assert {Path(dags[d]["relative_fileloc"]).name for d in wanted} == set(dag_files(config))
+        assert {"statekeeper_snapshots", "statekeeper_restore_drill"} <= set(wanted)
         assert {d: dags[d]["is_paused"] for d in wanted} == dict.fromkeys(wanted, False)
 
         status = _cli("status", "--root", str(root))

@@ -90,9 +90,9 @@ def _marked_environ(config: PlatformConfig) -> Iterator[None]:
             os.environ[MARKER_ENV] = old
 
 
-def expected_dags(config: PlatformConfig) -> list[str]:
-    """The statekeeper DAG ids the dags/ folder defines (one DAG per file, named like it)."""
-    return sorted(p.stem for p in (config.repo / "dags").glob(f"{DAG_PREFIX}*.py"))
+def dag_files(config: PlatformConfig) -> list[str]:
+    """The statekeeper DAG files of the dags/ folder (``statekeeper_*.py``)."""
+    return sorted(p.name for p in (config.repo / "dags").glob(f"{DAG_PREFIX}*.py"))
 
 
 # -- up ------------------------------------------------------------------------------------
@@ -205,21 +205,24 @@ def _wait_healthy(config: PlatformConfig, started: list[ProcessRecord], deadline
 
 
 def _wait_for_dags(
-    client: airflow_api.AirflowClient, wanted: list[str], deadline: float
+    client: airflow_api.AirflowClient, files: list[str], deadline: float
 ) -> dict[str, dict[str, Any]]:
+    """The registered DAGs, once every file of ``files`` has one; raises on an import error
+    of one of them."""
     while True:
         dags = client.dags()
-        missing = [d for d in wanted if d not in dags]
+        seen = {Path(d.get("relative_fileloc") or "").name for d in dags.values()}
+        missing = [f for f in files if f not in seen]
         if not missing:
             return dags
-        errors = [e for e in client.import_errors() if any(m in e["filename"] for m in missing)]
+        errors = [e for e in client.import_errors() if Path(e["filename"]).name in missing]
         if errors:
             first = errors[0]
             raise PlatformError(
                 f"DAG file {first['filename']} does not import:\n{first['stack_trace'][-1500:]}"
             )
         if time.monotonic() > deadline:
-            raise PlatformError(f"DAGs not registered in time: {', '.join(missing)}")
+            raise PlatformError(f"no DAG registered in time from {', '.join(missing)}")
         time.sleep(0.5)
 
 
@@ -250,8 +253,8 @@ def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -
         say(f"seeded the input topics of {', '.join(seeded)} (logs {config.logs_dir}/seed-*)")
 
     client = airflow_api.AirflowClient(config.ui_url, config.admin_user, password)
-    wanted = expected_dags(config)
-    dags = _wait_for_dags(client, wanted, deadline)
+    dags = _wait_for_dags(client, dag_files(config), deadline)
+    wanted = sorted(d for d in dags if d.startswith(DAG_PREFIX))
     unpaused = []
     for dag_id in wanted:
         if dags[dag_id]["is_paused"]:
