@@ -197,6 +197,7 @@ class StatekeeperAppSupervisorOperator(StatekeeperAppOperator):
             self._stop(record, cfg, f"action={action}")
             record.failed = record.stopped = None
             record.restarts = []
+            store.save(record)  # stopped and cleared, even if the upgrade below fails
             extra: dict[str, Any] = {}
             mode = None
             if action == "redeploy":
