@@ -84,6 +84,10 @@ class AirflowClient:
         reply = self._api(f"/dags/{dag_id}/dagRuns?state=queued&state=running&limit=100")
         return list(reply["dag_runs"])
 
+    def run_count(self, dag_id: str) -> int:
+        """How many runs the DAG has, in any state."""
+        return int(self._api(f"/dags/{dag_id}/dagRuns?limit=1")["total_entries"])
+
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
         """Trigger a run now; returns its run id."""
         body: dict[str, Any] = {"logical_date": None}

@@ -45,6 +45,8 @@ from statekeeper.platform.services import BROKER, Service, airflow_binary, airfl
 #: The DAG that launches and supervises the apps (dags/statekeeper_apps.py).
 APPS_DAG = "statekeeper_apps"
 DAG_PREFIX = "statekeeper_"
+#: How long `up` waits for the scheduler to start a just-unpaused apps DAG before triggering.
+UNPAUSE_RUN_WAIT_S = 15.0
 
 Say = Callable[[str], None]
 
@@ -226,6 +228,21 @@ def _wait_for_dags(
         time.sleep(0.5)
 
 
+def _run_appears(client: airflow_api.AirflowClient, dag_id: str, runs_before: int | None) -> bool:
+    """True when ``dag_id`` has a queued or running run or, when it was unpaused a moment ago
+    with ``runs_before`` runs, a new run: the scheduler starts its scheduled run within a few
+    loops, so wait for that rather than add a second."""
+    deadline = time.monotonic() + (UNPAUSE_RUN_WAIT_S if runs_before is not None else 0.0)
+    while True:
+        if client.active_runs(dag_id):
+            return True
+        if runs_before is not None and client.run_count(dag_id) > runs_before:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+
+
 def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -> dict[str, Any]:
     """Start what is not running, wait until Airflow is healthy and the statekeeper DAGs are
     registered, unpause them and trigger the apps DAG. Raises PlatformError naming the logs
@@ -256,6 +273,7 @@ def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -
     dags = _wait_for_dags(client, dag_files(config), deadline)
     wanted = sorted(d for d in dags if d.startswith(DAG_PREFIX))
     unpaused = []
+    apps_runs_before = client.run_count(APPS_DAG) if APPS_DAG in dags else 0
     for dag_id in wanted:
         if dags[dag_id]["is_paused"]:
             client.unpause(dag_id)
@@ -265,7 +283,8 @@ def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -
     notes = []
     apps_run = None
     if APPS_DAG in dags:
-        if not client.active_runs(APPS_DAG):
+        before = apps_runs_before if APPS_DAG in unpaused else None
+        if not _run_appears(client, APPS_DAG, before):
             apps_run = client.trigger(APPS_DAG)
             say(f"{APPS_DAG}: triggered {apps_run} (apps of {config.apps_specs_dir})")
         else:
