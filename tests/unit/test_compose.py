@@ -4,8 +4,10 @@ It parses; the services docs/compose.md names exist (and every service is docume
 STATEKEEPER_* variable is a settings field with a valid value; every AIRFLOW__SECTION__KEY is
 an option of the installed Airflow and every AIRFLOW_CONN_* is connection JSON; the
 Dockerfiles and bind-mounted folders exist; published ports bind 127.0.0.1 and differ. The
-embedded platform's environment (``make up``) passes the same variable checks. A bad compose
-file is caught.
+embedded platform's environment (``make up``) passes the same variable checks. The
+triggerer and the api-server see what the supervisor launched in the scheduler container
+(its pids, its loopback, the state dir the Spark worker writes) and the executors can reach
+the driver (:func:`pod_problems`). A bad compose file is caught.
 """
 
 from __future__ import annotations
@@ -134,6 +136,114 @@ def compose_problems(doc: dict[str, Any], repo: Path, documented: set[str]) -> l
     return problems
 
 
+def _service_running(services: dict[str, Any], component: str) -> str | None:
+    """The service whose command is ``airflow <component>`` (or ``spark-class ...<component>``)."""
+    for name, service in services.items():
+        command = [str(c) for c in service.get("command") or []]
+        if command[:2] == ["airflow", component] or (
+            command[:1] == ["spark-class"] and command[1:2] and command[1].endswith(component)
+        ):
+            return name
+    return None
+
+
+def _env_of(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: _resolved(v) for k, v in env.items()}
+
+
+def _volume_holding(service: dict[str, Any], path: str) -> str | None:
+    """The source of the mount that holds ``path`` in the service's container (longest
+    mount point that is a prefix of it), or None: the container's own disk."""
+    best: tuple[int, str] | None = None
+    for volume in service.get("volumes") or []:
+        source, _, rest = str(volume).partition(":")
+        target = rest.split(":", 1)[0].rstrip("/")
+        inside = path == target or path.startswith(target + "/")
+        if inside and (best is None or len(target) > best[0]):
+            best = (len(target), source)
+    return None if best is None else best[1]
+
+
+def _java_props(opts: str) -> dict[str, str]:
+    """``-Dkey=value`` pairs of a JVM options string (SPARK_SUBMIT_OPTS)."""
+    return dict(o[2:].split("=", 1) for o in opts.split() if o.startswith("-D") and "=" in o)
+
+
+LOOPBACK = re.compile(r"^(127\.|localhost$|::1$)")
+
+
+def pod_problems(doc: dict[str, Any]) -> list[str]:
+    """What keeps the supervision from seeing the apps it launched, the State stores page
+    from their status endpoints, or the executors from the driver and the state dir.
+
+    The supervisor's spark-submit runs detached in the scheduler container (LocalExecutor,
+    client mode); the health trigger checks its pid in /proc and the app's status endpoint
+    on 127.0.0.1; the executors on the Spark worker write the tasks' state under
+    STATEKEEPER_STATE_DIR, which the driver (restore progress), the operators and the page
+    read.
+    """
+    services: dict[str, Any] = doc.get("services") or {}
+    problems: list[str] = []
+    scheduler = _service_running(services, "scheduler")
+    if scheduler is None:
+        return ["no service runs `airflow scheduler`"]
+    joiners = {"triggerer": ("network", "pid"), "api-server": ("network",)}
+    readers = [scheduler]
+    for component, shares in joiners.items():
+        name = _service_running(services, component)
+        if name is None:
+            problems.append(f"no service runs `airflow {component}`")
+            continue
+        readers.append(name)
+        if name == scheduler:
+            continue  # one container: it sees everything the scheduler sees
+        service = services[name]
+        if "network" in shares and service.get("network_mode") != f"service:{scheduler}":
+            problems.append(
+                f"{name} cannot reach the apps' status endpoints on the scheduler's loopback "
+                f"(network_mode {service.get('network_mode')!r}, not 'service:{scheduler}')"
+            )
+        if "pid" in shares and service.get("pid") != f"service:{scheduler}":
+            problems.append(
+                f"{name} cannot see the scheduler's processes (the launched spark-submit) "
+                f"(pid {service.get('pid')!r}, not 'service:{scheduler}')"
+            )
+    worker = _service_running(services, "Worker")
+    if worker is not None:
+        readers.append(worker)
+    state_dirs = {n: _env_of(services[n]).get("STATEKEEPER_STATE_DIR") for n in readers}
+    if len(set(state_dirs.values())) != 1:
+        problems.append(f"STATEKEEPER_STATE_DIR differs between services: {state_dirs}")
+    sources = {}
+    for name, state_dir in state_dirs.items():
+        if not state_dir or not state_dir.startswith("/"):
+            problems.append(f"{name}: state dir {state_dir!r} is not an absolute path")
+            continue
+        sources[name] = _volume_holding(services[name], state_dir)
+        if sources[name] is None:
+            problems.append(f"{name}: state dir {state_dir} is on the container's own disk")
+    if len({s for s in sources.values() if s}) > 1:
+        problems.append(f"the state dir is on different volumes: {sources}")
+    conn = json.loads(_env_of(services[scheduler]).get("AIRFLOW_CONN_SPARK_DEFAULT") or "{}")
+    if str(conn.get("host", "")).startswith("spark://"):  # a cluster: executors call back
+        env = _env_of(services[scheduler])
+        props = _java_props(env.get("SPARK_SUBMIT_OPTS", ""))
+        host = props.get("spark.driver.host")
+        expected = services[scheduler].get("hostname") or scheduler
+        if host != expected:
+            problems.append(
+                f"{scheduler}: the Spark driver advertises {host!r} (SPARK_SUBMIT_OPTS "
+                f"-Dspark.driver.host), not {expected!r}: executors cannot reach it"
+            )
+        bind = props.get("spark.driver.bindAddress", host or "")
+        if LOOPBACK.match(bind) or LOOPBACK.match(env.get("SPARK_LOCAL_IP", "0")):
+            problems.append(f"{scheduler}: the Spark driver binds loopback ({bind!r})")
+    return problems
+
+
 def _documented(text: str) -> set[str]:
     """Service names in the first column of the docs' services table."""
     return set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, flags=re.MULTILINE))
@@ -211,3 +321,51 @@ def test_a_bad_compose_file_is_caught(patch, expected):
                 target[key] = patch[key]
     problems = compose_problems(doc, REPO, _documented(DOCS.read_text()))
     assert any(expected in p for p in problems), problems
+
+
+def test_triggerer_and_page_see_the_launched_apps_and_executors_the_driver():
+    assert pod_problems(yaml.safe_load(COMPOSE.read_text())) == []
+
+
+def _without(service: dict[str, Any], key: str, value: Any = None) -> None:
+    if value is None:
+        service.pop(key, None)
+    else:
+        service[key] = value
+
+
+@pytest.mark.parametrize(
+    ("service", "key", "value", "expected"),
+    [
+        ("airflow-triggerer", "pid", None, "cannot see the scheduler's processes"),
+        ("airflow-triggerer", "network_mode", None, "airflow-triggerer cannot reach"),
+        ("airflow-apiserver", "network_mode", "bridge", "airflow-apiserver cannot reach"),
+        ("airflow-triggerer", "volumes", ["./dags:/opt/statekeeper/dags"], "own disk"),
+        ("spark-worker", "volumes", ["spark-scratch:/var/lib/statekeeper"], "different volumes"),
+        ("airflow-scheduler", "environment", "no SPARK_SUBMIT_OPTS", "advertises"),
+    ],
+)
+def test_a_pod_that_cannot_see_its_apps_is_caught(service, key, value, expected):
+    doc = yaml.safe_load(COMPOSE.read_text())
+    target = doc["services"][service]
+    if key == "environment":  # the scheduler's env without SPARK_SUBMIT_OPTS
+        target["environment"] = {
+            k: v for k, v in target["environment"].items() if k != "SPARK_SUBMIT_OPTS"
+        }
+    else:
+        _without(target, key, value)
+    problems = pod_problems(doc)
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_old_separate_triggerer_is_caught():
+    """Before the pod: the triggerer and the api-server in their own namespaces, the driver
+    on the hook's default loopback."""
+    doc = yaml.safe_load(COMPOSE.read_text())
+    services = doc["services"]
+    for name in ("airflow-triggerer", "airflow-apiserver"):
+        services[name].pop("network_mode")
+        services[name].pop("pid", None)
+    services["airflow-scheduler"]["environment"].pop("SPARK_SUBMIT_OPTS")
+    problems = pod_problems(doc)
+    assert len(problems) == 4, problems
