@@ -2,20 +2,25 @@
 
 The app is test_drill's live app (a 2-partition source run for two committed batches, with
 a snapshot after the first), stopped, with its spec alone in a specs folder the DAGs are
-pointed at through STATEKEEPER_SPECS_DIR.
+pointed at through STATEKEEPER_SPECS_DIR. An app with no committed state yet (right after
+``make up``) has its snapshot and drill tasks skipped, not failed.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from statekeeper.changelog.records import changelog_topic
+from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
-from tests.integration.test_changelog_audit import GRACE, SIZE, _set_config
-from tests.integration.test_drill import _live_app
+from statekeeper.state.environment import StateEnvironment
+from tests.integration.test_changelog_audit import GRACE, SIZE, _set_config, _topology
+from tests.integration.test_drill import _live_app, _write_spec
 
 
 def _dag(dag_file: str, dag_id: str):
@@ -144,3 +149,65 @@ def test_audit_dag_fails_on_a_wrong_config_and_fix_corrects_it(live_app, admin):
     report = ti.xcom_pull(task_ids=task_id)
     assert report["verdict"] == "ok"
     assert [(c["topic"], c["key"]) for c in report["applied"]] == [(topic, "retention.ms")]
+
+
+def test_snapshot_and_drill_skip_an_app_with_no_committed_state(
+    airflow_db, admin, broker, tmp_path, monkeypatch
+):
+    """Right after ``make up`` the DAGs run before the apps have state: never ran, then
+    started with no batch committed. Nothing to snapshot or drill: skipped, not failed."""
+    app_id = f"fresh-{uuid.uuid4().hex[:8]}"
+    source = f"{app_id}-input"
+    folder = tmp_path / "specs" / "app"
+    folder.mkdir(parents=True)
+    snaps = tmp_path / "snaps"
+    _write_spec(folder, app_id, source, broker, f", snapshot_url: '{snaps.as_uri()}'")
+    monkeypatch.setenv("STATEKEEPER_SPECS_DIR", str(folder.parent))
+    dags = {
+        f"snapshot_{app_id}": _dag("statekeeper_snapshots.py", "statekeeper_snapshots"),
+        f"drill_{app_id}": _dag("statekeeper_restore_drill.py", "statekeeper_restore_drill"),
+    }
+
+    def all_skipped():
+        for task_id, dag in dags.items():
+            run, states, _ = _run(dag)
+            assert run.state == "success" and states == {task_id: "skipped"}, states
+
+    all_skipped()  # never ran: no state directory at all
+    assert not (folder / "state" / app_id).exists()
+
+    # Started, no batch committed yet: every task opened its state (a .checkpoint file
+    # without a batch id), as a running app's tasks do at their first batch.
+    settings = load_settings(
+        bootstrap_servers=broker.bootstrap_servers,
+        state_dir=folder / "state",
+        application_id=app_id,
+    )
+    specs = _topology(source).store_specs(0)
+    env = StateEnvironment(settings)
+    try:
+        env.ensure_changelogs(specs, 2)
+        for partition in (0, 1):
+            with env.task(f"0_{partition}", partition, specs):
+                pass
+    finally:
+        env.close()
+    assert (folder / "state" / app_id / "0_1" / ".checkpoint").is_file()
+    all_skipped()
+    assert list_snapshots(SnapshotStorage(snaps.as_uri(), app_id, create=True)) == []
+
+
+def test_drill_dag_fails_for_committed_state_without_a_snapshot(live_app, tmp_path, monkeypatch):
+    """The live app (committed state) pointed at an empty snapshot storage: a real gap, so
+    its drill fails rather than being skipped."""
+    folder = tmp_path / "specs" / "gap"
+    folder.mkdir(parents=True)
+    shutil.copy(live_app.spec.parent / "topo.py", folder / "topo.py")
+    snaps = (live_app.spec.parent / "snaps").as_uri()
+    text = live_app.spec.read_text()
+    assert snaps in text
+    (folder / live_app.spec.name).write_text(text.replace(snaps, (tmp_path / "empty").as_uri()))
+    monkeypatch.setenv("STATEKEEPER_SPECS_DIR", str(folder.parent))
+    drill = _dag("statekeeper_restore_drill.py", "statekeeper_restore_drill")
+    run, states, _ = _run(drill)
+    assert run.state == "failed" and states == {f"drill_{live_app.app_id}": "failed"}

@@ -24,3 +24,16 @@ def write_checkpoint(path: Path, entries: dict[str, dict[str, Any]]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")
     os.replace(tmp, path)
+
+
+def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
+    """The entries :func:`write_checkpoint` wrote (store -> topic, partition, offset,
+    batch_id, source_offsets); ``{}`` when the file is missing or has no JSON line."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    for line in reversed(lines):
+        if line.startswith("# {"):
+            return dict(json.loads(line[2:]))
+    return {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from statekeeper.airflow.operators.base import StatekeeperAppOperator
 from statekeeper.airflow.plugin.links import XCOM_KEY, DrillReportLink
@@ -19,6 +19,10 @@ class StatekeeperDrillOperator(StatekeeperAppOperator):
     under the state root). Returns the drill record; raises AirflowException naming the failed
     checks when the drill fails (the record and report are written either way); its "Drill
     report" link opens the report on the State stores page, passed or failed.
+
+    With ``from_snapshot=latest``, an app with neither a snapshot nor committed state yet
+    (never ran, or no task has finished a batch) has nothing to drill: the task is skipped
+    with that reason. Committed state without a snapshot still fails: that is a real gap.
     """
 
     operator_extra_links = (DrillReportLink(),)
@@ -40,9 +44,11 @@ class StatekeeperDrillOperator(StatekeeperAppOperator):
         from pathlib import Path
 
         from statekeeper.ops.drill import run_drill
-        from statekeeper.snapshots.install import NONE
+        from statekeeper.snapshots.install import LATEST, NONE
 
         hook = self.app_hook()
+        if self.from_snapshot == LATEST:
+            self.skip_if_nothing_to_drill(hook)
         storage = None if self.from_snapshot == NONE else hook.snapshot_storage()
         record = run_drill(
             hook.settings,
@@ -71,3 +77,27 @@ class StatekeeperDrillOperator(StatekeeperAppOperator):
                 + f" (report {record.report_html})"
             )
         return record.as_dict()
+
+    def skip_if_nothing_to_drill(self, hook: Any) -> None:
+        """Skip (AirflowSkipException with the reason) when the app has no snapshot and no
+        committed state yet; return otherwise."""
+        from statekeeper.ops.committed_state import committed_state
+        from statekeeper.snapshots import SnapshotError, list_snapshots
+
+        committed = committed_state(hook.settings, hook.topology())
+        if committed:
+            return
+        try:
+            if list_snapshots(hook.snapshot_storage()):
+                return
+        except SnapshotError:
+            # No manifests yet. The storage itself must still be usable: a missing bucket or
+            # bad credentials fail the task here, by name, instead of being skipped.
+            hook.snapshot_storage(create=True)
+        reason = (
+            f"{hook.application_id}: nothing to drill: no snapshot in "
+            f"{hook.settings.snapshot_url or 'the default snapshot folder'} and "
+            f"{committed.why_none()}"
+        )
+        self.log.info("%s", reason)
+        raise AirflowSkipException(reason)

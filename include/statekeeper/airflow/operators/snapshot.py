@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from statekeeper.airflow.operators.base import StatekeeperAppOperator
 
@@ -18,6 +18,9 @@ class StatekeeperSnapshotOperator(StatekeeperAppOperator):
 
     Pushes the new snapshot ids to XCom (``snapshot_ids``) and returns a summary. Give it
     ``outlets=[snapshot_asset(app_id)]`` so drills can be scheduled on the app's snapshots.
+    An app with no committed state yet (never ran, or no task has finished a batch: see
+    :mod:`statekeeper.ops.committed_state`) has nothing to snapshot: the task is skipped with
+    that reason (and the Asset is not updated), rather than failed.
     """
 
     template_fields: Sequence[str] = (*StatekeeperAppOperator.template_fields, "keep", "max_age_h")
@@ -38,6 +41,7 @@ class StatekeeperSnapshotOperator(StatekeeperAppOperator):
         self.timeout_s = timeout_s
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from statekeeper.ops.committed_state import committed_state
         from statekeeper.ops.snapshot_app import (
             running_app_status_url,
             snapshot_app,
@@ -47,6 +51,10 @@ class StatekeeperSnapshotOperator(StatekeeperAppOperator):
 
         hook = self.app_hook()
         app_id = hook.application_id
+        committed = committed_state(hook.settings, hook.topology())
+        if not committed:
+            raise AirflowSkipException(f"{app_id}: nothing to snapshot: {committed.why_none()}")
+        self.log.info("%s: committed batches by task: %s", app_id, committed.committed)
         status_url = running_app_status_url(hook.settings)
         storage = hook.snapshot_storage(create=True)
         if status_url is not None:
