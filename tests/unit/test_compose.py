@@ -124,6 +124,11 @@ def compose_problems(doc: dict[str, Any], repo: Path, documented: set[str]) -> l
             source = str(volume).split(":", 1)[0]
             if source.startswith(".") and not (repo / source).exists():
                 problems.append(f"{name}: bind mount {source} does not exist")
+        if str(service.get("network_mode", "")).startswith("service:"):
+            # Docker refuses both in a container that joins another's network namespace.
+            for key in ("ports", "hostname"):
+                if service.get(key):
+                    problems.append(f"{name}: {key} with network_mode {service['network_mode']}")
         for port in service.get("ports") or []:
             parts = str(port).split(":")
             if len(parts) != 3 or parts[0] != "127.0.0.1":
@@ -301,6 +306,7 @@ def test_platform_environment_passes_the_same_checks(tmp_path):
         ({"build": {"context": ".", "dockerfile": "docker/missing.Dockerfile"}}, "does not exist"),
         ({"depends_on": {"zookeeper": {}}}, "unknown service 'zookeeper'"),
         ({"volumes": ["./no-such-folder:/x"]}, "bind mount ./no-such-folder"),
+        ({"ports": ["127.0.0.1:8090:8080"]}, "ports with network_mode service:airflow-scheduler"),
         ({"service": "extra"}, "service 'extra' is not documented"),
         ({"drop": "minio"}, "docs name service 'minio'"),
     ],
