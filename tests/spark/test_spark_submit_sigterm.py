@@ -196,8 +196,9 @@ def test_sigterm_to_spark_submit_finishes_the_batch_and_commits(
     counting = _counting_tasks(status)
     assert counting and max(t["last_batch_id"] for t in counting.values()) == last
     assert all(t["committed_batch_id"] == t["last_batch_id"] for t in counting.values()), counting
-    lag = sum(t["source_lag"] or 0 for t in status["task_live"].values())
-    assert status["totals"]["records_processed"] < LINES and lag > 0
+    # Whether input is left for the restart depends on how fast the batches ran before the
+    # signal (records_processed counts the repartitioned words too, so it is no measure of
+    # the lines read): the restart below checks the state either way.
 
     # The restart drains the rest (in larger batches) with nothing to replay; the counts
     # are exact.
