@@ -20,13 +20,14 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: help venv install browser test test-chaos lint demo bench-restore bench-snapshot-restore bench-throughput lock clean distclean
+.PHONY: help venv install browser screenshot test test-chaos lint demo bench-restore bench-snapshot-restore bench-throughput lock clean distclean
 
 help:
 	@echo "make venv|install  create .venv and install requirements.lock + statekeeper (editable)"
 	@echo "make test          ruff, then the whole pytest suite (tests start their own servers;"
 	@echo "                   the kill -9 e2e kills each app 5 times at random)"
 	@echo "make browser       install Debian chromium + chromium-driver if missing (make test runs it)"
+	@echo "make screenshot    the State stores page's browser test, saving docs/img/state_stores.png"
 	@echo "make test-chaos    only the e2e tests, 20 random kill -9s per app (seeds printed)"
 	@echo "make lint          ruff only"
 	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery"
@@ -69,6 +70,12 @@ browser:
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; \
 	fi
+
+# Only the browser test, its screenshot kept for the docs (a plain test run writes it to a
+# temporary file, leaving the tree clean).
+screenshot: $(STAMP) browser
+	STATEKEEPER_SCREENSHOT=docs/img/state_stores.png $(VENV)/bin/pytest -q \
+		tests/airflow/test_state_stores_page.py -k test_the_page_in_the_airflow_ui
 
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .

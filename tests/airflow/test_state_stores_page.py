@@ -3,8 +3,12 @@ the page inside the Airflow UI in headless Chromium.
 
 Real parts only: one ``airflow api-server`` for the module (simple auth manager, the repo's
 plugins/ folder, a specs folder holding one app), word_count running on Spark (its status
-endpoint answering), a snapshot the running app took, a drill run by the drill DAG
-(``dag.test()``, so its task has the "Drill report" link) and a changelog audit verdict.
+endpoint answering), a snapshot the running app took, two drills run by the drill DAG
+(``dag.test()``, so their tasks have the "Drill report" link; the second after more input,
+so the page's RTO/RPO chart shows a trend) and a changelog audit verdict.
+
+The browser test's screenshot goes to a temporary file, or to ``$STATEKEEPER_SCREENSHOT``
+when set (``make screenshot`` writes docs/img/state_stores.png with it).
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from .conftest import DAGS, REPO
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-SCREENSHOT = REPO / "docs" / "img" / "state_stores.png"
+#: Where the browser test saves its screenshot when set (relative: to the repo root).
+SCREENSHOT_ENV = "STATEKEEPER_SCREENSHOT"
 USER = "admin"
 LINES = 2000
 
@@ -56,6 +61,8 @@ class Stack:
     spec: Path
     app: AppProcess
     snapshot_ids: set[str]
+    #: The drills, oldest first; the last one's DAG run and task are below.
+    drill_ids: list[str]
     drill_id: str
     drill_run_id: str
     drill_task_id: str
@@ -156,6 +163,30 @@ def _stop_group(proc: subprocess.Popen, timeout_s: float = 20) -> None:
         proc.wait(timeout=10)
 
 
+def _screenshot_path() -> Path:
+    """``$STATEKEEPER_SCREENSHOT`` (relative to the repo root), else a temporary file: a
+    plain test run leaves the tree as it was."""
+    wanted = os.environ.get(SCREENSHOT_ENV)
+    if not wanted:
+        return Path(tempfile.mkdtemp(prefix="state-stores-")) / "state_stores.png"
+    path = Path(wanted)
+    return path if path.is_absolute() else REPO / path
+
+
+def _generate(broker: Any, topic: str, count: int) -> None:
+    """``count`` word_count lines into ``topic`` (2 partitions), as a user would."""
+    subprocess.run(
+        [sys.executable, "-m", "statekeeper.cli", "generate", "word-count", "--bootstrap",
+         broker.bootstrap_servers, "--topic", topic, "--partitions", "2",
+         "--count", str(count), "--no-progress"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+
+
+def _batches(status: dict[str, Any] | None) -> int:
+    return int(((status or {}).get("throughput") or {}).get("batches", 0))
+
+
 def _drill_dag_test(specs: Path) -> Any:
     """The drill DAG parsed with ``specs`` as its specs folder, run once; returns the run."""
     from airflow.dag_processing.dagbag import DagBag
@@ -182,12 +213,7 @@ def stack(request, broker, admin, tmp_path_factory) -> Any:
     spec = _write_spec(specs, app_id, broker, work)
     settings = load_app_spec(spec).resolved_settings()
     ensure_topic(admin, f"{app_id}-lines", 2)
-    subprocess.run(
-        [sys.executable, "-m", "statekeeper.cli", "generate", "word-count", "--bootstrap",
-         broker.bootstrap_servers, "--topic", f"{app_id}-lines", "--partitions", "2",
-         "--count", str(LINES), "--no-progress"],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+    _generate(broker, f"{app_id}-lines", LINES)
     marks = [("generated", time.perf_counter())]
     status_file = Path(settings.state_dir) / app_id / "status.json"
     app = AppProcess(
@@ -214,11 +240,18 @@ def stack(request, broker, admin, tmp_path_factory) -> Any:
     assert snapshot["state"] == "uploaded", snapshot
     snapshot_ids = {row["snapshot_id"] for row in snapshot["snapshots"]}
     marks.append(("snapshot", time.perf_counter()))
-    run = _drill_dag_test(specs)
-    marks.append(("drill", time.perf_counter()))
-    [ti] = run.get_task_instances()
-    assert ti.state == "success", ti.state
-    drill = ti.xcom_pull(task_ids=ti.task_id)
+    drill_ids = []
+    for attempt in (1, 2):
+        if attempt == 2:  # more input, processed: the second drill is further from the snapshot
+            before = _batches(app.status())
+            _generate(broker, f"{app_id}-lines", LINES // 4)
+            app.wait_for(lambda s, b=before: _batches(s) > b, 60)
+        run = _drill_dag_test(specs)
+        marks.append((f"drill {attempt}", time.perf_counter()))
+        [ti] = run.get_task_instances()
+        assert ti.state == "success", ti.state
+        drill = ti.xcom_pull(task_ids=ti.task_id)
+        drill_ids.append(drill["drill_id"])
     audit = subprocess.run(
         [sys.executable, "-m", "statekeeper.cli", "audit", "changelogs", "--app", str(spec),
          "--no-measure", "--json"],
@@ -238,6 +271,7 @@ def stack(request, broker, admin, tmp_path_factory) -> Any:
         spec=spec,
         app=app,
         snapshot_ids=snapshot_ids,
+        drill_ids=drill_ids,
         drill_id=drill["drill_id"],
         drill_run_id=run.run_id,
         drill_task_id=ti.task_id,
@@ -295,11 +329,15 @@ def test_overview_shows_the_running_app_its_stores_snapshots_drill_and_audit(sta
     assert set(newest.values()) == stack.snapshot_ids
     assert all(row["bytes"] > 0 and row["age_s"] >= 0 for row in latest.values())
 
-    [drill] = app["drills"]
-    assert drill["drill_id"] == stack.drill_id and drill["passed"] is True
-    assert drill["rto_s"] > 0 and drill["rpo_snapshot_age_s"] is not None
-    assert drill["urls"]["report"].endswith(f"/{stack.drill_id}/report.html")
-    assert drill["urls"]["data_docs"].endswith(f"/{stack.drill_id}/data_docs/index.html")
+    # Oldest first, as the trend chart draws them.
+    assert [d["drill_id"] for d in app["drills"]] == stack.drill_ids
+    for drill in app["drills"]:
+        assert drill["passed"] is True
+        assert drill["rto_s"] > 0 and drill["rpo_snapshot_age_s"] is not None
+        assert drill["urls"]["report"].endswith(f"/{drill['drill_id']}/report.html")
+        assert drill["urls"]["data_docs"].endswith(f"/{drill['drill_id']}/data_docs/index.html")
+    first, second = app["drills"]
+    assert second["rpo_snapshot_age_s"] > first["rpo_snapshot_age_s"]
     [audit] = app["audits"]
     assert audit["verdict"] in ("ok", "warn", "fail") and audit["topics"] >= 2
 
@@ -365,6 +403,7 @@ def test_the_page_in_the_airflow_ui_shows_the_app_stores_snapshot_and_drill(stac
     from selenium.webdriver.support.ui import WebDriverWait
 
     started = time.perf_counter()
+    screenshot = _screenshot_path()
     driver = _browser()
     try:
         wait = WebDriverWait(driver, 60)
@@ -389,9 +428,11 @@ def test_the_page_in_the_airflow_ui_shows_the_app_stores_snapshot_and_drill(stac
         assert "word-counts" in body  # its stores
         assert all(snapshot_id in body for snapshot_id in stack.snapshot_ids)  # latest snapshots
         assert stack.drill_id in body and "pass" in body  # the drill
+        points = driver.find_elements(By.CSS_SELECTOR, "svg.trend circle.pass")
+        assert len(points) == len(stack.drill_ids)  # the trend chart: one point per drill
         driver.switch_to.default_content()
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(SCREENSHOT))
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        assert driver.save_screenshot(str(screenshot)), screenshot
 
         # The page on its own, and its drill report link.
         driver.get(f"{stack.base_url}/statekeeper/")
@@ -400,7 +441,7 @@ def test_the_page_in_the_airflow_ui_shows_the_app_stores_snapshot_and_drill(stac
         assert stack.drill_id in driver.title
     finally:
         driver.quit()
-    print(f"browser test {time.perf_counter() - started:.1f} s; screenshot {SCREENSHOT}")
+    print(f"browser test {time.perf_counter() - started:.1f} s; screenshot {screenshot}")
 
 
 def test_a_stopped_app_shows_its_last_status_and_not_running(stack):
