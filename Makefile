@@ -79,7 +79,7 @@ screenshot: $(STAMP) browser
 
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile
 
 # A failing run prints its seed and kill count: rerun with STATEKEEPER_E2E_SEED=<seed>.
 test-chaos: $(STAMP)
