@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from statekeeper.kafka.embedded import free_port
 from statekeeper.platform import PlatformConfig
 from statekeeper.platform.airflow_api import AirflowClient, health
 from statekeeper.platform.control import dag_files
+from statekeeper.platform.layout import STATE_STORES_ROUTE
 from statekeeper.platform.processes import MARKER_ENV, ProcessRecord, processes_of
 from statekeeper.platform.services import airflow_services
 
@@ -67,10 +69,22 @@ def test_up_status_second_up_and_down_leaves_nothing(tmp_path):
         print(f"platform up in {up_s:.1f} s (healthy after {result['healthy_after_s']} s)")
         config = PlatformConfig.load(root)
         assert result["ui"] == config.ui_url
+        # The State stores address up prints is the plugin's nav entry, as Airflow serves it.
+        client = AirflowClient(config.ui_url, "admin", result["password"])
+        routes = [
+            view.get("url_route")
+            for plugin in client._api("/plugins?limit=100")["plugins"]
+            for view in plugin.get("external_views") or []
+            if view.get("name") == "State stores"
+        ]
+        assert result["state_stores"] == f"{config.ui_url}/plugin/{STATE_STORES_ROUTE}"
+        assert routes == [STATE_STORES_ROUTE]
+        with urllib.request.urlopen(result["state_stores"], timeout=10) as page:
+            assert page.status == 200  # the UI's app, which renders the nav entry's page
 
         report = health(config.ui_url)
         assert report is not None and report["metadatabase"]["status"] == "healthy"
-        dags = AirflowClient(config.ui_url, "admin", result["password"]).dags()
+        dags = client.dags()
         wanted = result["dags"]
         assert {Path(dags[d]["relative_fileloc"]).name for d in wanted} == set(dag_files(config))
         assert {"statekeeper_snapshots", "statekeeper_restore_drill"} <= set(wanted)

@@ -294,6 +294,7 @@ def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -
         say(notes[-1])
     return {
         "ui": config.ui_url,
+        "state_stores": config.state_stores_url,
         "username": config.admin_user,
         "password": password,
         "bootstrap_servers": config.bootstrap_servers,

@@ -27,6 +27,10 @@ REPO = Path(__file__).resolve().parents[3]
 DEFAULT_ROOT = Path("var/platform")
 DEFAULT_AIRFLOW_PORT = 8080
 DEFAULT_BROKER_PORT = 9092
+#: The State stores nav entry's ``url_route`` (statekeeper.airflow.plugin.web_app
+#: EXTERNAL_VIEW; not imported: that module loads Airflow). The UI renders the page at
+#: ``/plugin/<url_route>``; tests/platform checks both agree through the api-server.
+STATE_STORES_ROUTE = "state-stores"
 CONFIG_FILE = "platform.json"
 
 
@@ -96,6 +100,11 @@ class PlatformConfig:
     def ui_url(self) -> str:
         """The Airflow UI and REST API."""
         return f"http://127.0.0.1:{self.airflow_port}"
+
+    @property
+    def state_stores_url(self) -> str:
+        """The State stores page inside the Airflow UI (the plugin's nav entry)."""
+        return f"{self.ui_url}/plugin/{STATE_STORES_ROUTE}"
 
     def pid_file(self, service: str) -> Path:
         """The PID file of ``service``."""

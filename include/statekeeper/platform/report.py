@@ -35,6 +35,7 @@ def up_text(result: dict[str, Any]) -> str:
     lines = [
         f"platform up in {result['seconds']:.1f} s (root {result['root']})",
         f"  Airflow UI   {result['ui']}",
+        f"  State stores {result['state_stores']}",
         f"  login        {result['username']} / {result['password']}",
         f"  broker       {result['bootstrap_servers']}",
         f"  DAGs         {', '.join(result['dags'])}",
