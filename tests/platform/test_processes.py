@@ -13,12 +13,12 @@ from pathlib import Path
 from statekeeper.platform.processes import (
     MARKER_ENV,
     ProcessRecord,
-    group_members,
     processes_of,
     start_process,
     stop_process,
     sweep,
 )
+from statekeeper.procfs import group_members
 
 # A parent that forks a child in its own group, and one that ignores SIGTERM.
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]

@@ -29,6 +29,7 @@ _RUNTIME = _FLOORS_BELOW_PROCESSING | {"processing"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "settings": {"errors"},
+    "procfs": set(),
     "stores": {"errors"},
     "kafka": {"errors"},
     "changelog": {"errors", "kafka", "stores"},
@@ -40,9 +41,9 @@ ALLOWED: dict[str, set[str]] = {
     "worker": _RUNTIME | {"spark", "snapshots"},
     "app": _RUNTIME | {"spark", "worker", "snapshots"},
     "ops": _RUNTIME | {"spark", "worker", "app", "snapshots"},
-    "airflow": _RUNTIME | {"spark", "worker", "app", "ops", "snapshots"},
+    "airflow": _RUNTIME | {"spark", "worker", "app", "ops", "snapshots", "procfs"},
     # The embedded platform runs Airflow and the broker as processes; it imports neither.
-    "platform": _BASE | {"kafka"},
+    "platform": _BASE | {"kafka", "procfs"},
     # Leaves: the command line and the public facade (statekeeper/__init__.py) call anything.
     "cli": {"*"},
     "__init__": {"*"},
@@ -57,6 +58,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     **{floor: HEAVY for floor in FLOORS},
     "errors": HEAVY,
     "settings": HEAVY,
+    "procfs": HEAVY,
     "platform": HEAVY,
     **{layer: ("airflow",) for layer in ("spark", "worker", "app", "ops", "snapshots")},
 }

@@ -30,9 +30,6 @@ from statekeeper.platform.processes import (
     MARKER_ENV,
     ProcessRecord,
     exited_early,
-    group_members,
-    parent_pid,
-    process_group,
     processes_of,
     start_process,
     stop_pids,
@@ -41,6 +38,7 @@ from statekeeper.platform.processes import (
 )
 from statekeeper.platform.seed import Seeding, apps_to_seed
 from statekeeper.platform.services import BROKER, Service, airflow_binary, airflow_services
+from statekeeper.procfs import group_members, parent_pid, process_group
 
 #: The DAG that launches and supervises the apps (dags/statekeeper_apps.py).
 APPS_DAG = "statekeeper_apps"

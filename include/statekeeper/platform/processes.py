@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from statekeeper.procfs import all_pids, group_members, parent_pid, start_ticks
+
 #: Environment variable naming the platform root; inherited by every process it starts.
 MARKER_ENV = "STATEKEEPER_PLATFORM"
 
@@ -54,36 +56,7 @@ class ProcessRecord:
 
     def alive(self) -> bool:
         """True while the recorded process (not a later one with its pid) runs."""
-        return _start_ticks(self.pid) == self.start_ticks
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name (field 2) may hold spaces: split after its closing parenthesis.
-    return stat.rsplit(")", 1)[1].split()
-
-
-def parent_pid(pid: int) -> int | None:
-    """The parent of a live ``pid`` (None if gone)."""
-    fields = _stat_fields(pid)
-    return None if fields is None else int(fields[1])  # field 4: ppid
-
-
-def _start_ticks(pid: int) -> int | None:
-    """Start time of a live, non-zombie ``pid`` in clock ticks since boot; None if gone."""
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])  # field 22 of /proc/<pid>/stat
-
-
-def process_group(pid: int) -> int | None:
-    """The process group of a live ``pid`` (None if gone)."""
-    fields = _stat_fields(pid)
-    return None if fields is None else int(fields[2])  # field 5: pgrp
+        return start_ticks(self.pid) == self.start_ticks
 
 
 def start_process(
@@ -109,7 +82,7 @@ def start_process(
             cwd=cwd,
             start_new_session=True,
         )
-    ticks = _start_ticks(proc.pid)
+    ticks = start_ticks(proc.pid)
     record = ProcessRecord(
         name=name,
         pid=proc.pid,
@@ -130,11 +103,6 @@ def exited_early(record: ProcessRecord) -> bool:
     return not record.alive()
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live processes in process group ``pgid``."""
-    return [pid for pid in _all_pids() if process_group(pid) == pgid and _start_ticks(pid)]
-
-
 def stop_process(record: ProcessRecord, timeout_s: float = 20.0) -> list[int]:
     """SIGTERM the service's process group, wait up to ``timeout_s``, then SIGKILL what is
     left. Returns the pids that had to be killed."""
@@ -148,13 +116,13 @@ def stop_process(record: ProcessRecord, timeout_s: float = 20.0) -> list[int]:
 def stop_pids(pids: Iterable[int], timeout_s: float) -> list[int]:
     """SIGTERM ``pids``, wait up to ``timeout_s``, SIGKILL the rest; returns the killed."""
     pids = list(pids)
-    ticks = {pid: _start_ticks(pid) for pid in pids}
+    ticks = {pid: start_ticks(pid) for pid in pids}
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
 
     def left() -> list[int]:
-        return [p for p in pids if ticks[p] is not None and _start_ticks(p) == ticks[p]]
+        return [p for p in pids if ticks[p] is not None and start_ticks(p) == ticks[p]]
 
     return _wait_then_kill(left, timeout_s)
 
@@ -181,10 +149,6 @@ def _wait_then_kill(left: Any, timeout_s: float, group: int | None = None) -> li
     return killed
 
 
-def _all_pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -200,8 +164,8 @@ def processes_of(root: Path) -> list[int]:
     marker = f"{MARKER_ENV}={root_s}".encode() + b"\0"
     spared = _ancestors(os.getpid())
     found = []
-    for pid in _all_pids():
-        if pid in spared or _start_ticks(pid) is None:
+    for pid in all_pids():
+        if pid in spared or start_ticks(pid) is None:
             continue
         environ = _read(Path(f"/proc/{pid}/environ")) + b"\0"
         cmdline = _read(Path(f"/proc/{pid}/cmdline")).decode(errors="replace")
@@ -222,10 +186,10 @@ def processes_of(root: Path) -> list[int]:
 def _ancestors(pid: int) -> set[int]:
     seen = {pid}
     while pid > 1:
-        fields = _stat_fields(pid)
-        if fields is None:
+        parent = parent_pid(pid)
+        if parent is None:
             break
-        pid = int(fields[1])  # field 4: ppid
+        pid = parent
         seen.add(pid)
     return seen
 

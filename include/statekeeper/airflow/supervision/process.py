@@ -18,30 +18,9 @@ import signal
 import socket
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-
-
-def boot_id() -> str:
-    """This machine's boot id ('' where unknown)."""
-    try:
-        return _BOOT_ID.read_text().strip()
-    except OSError:
-        return ""
-
-
-def proc_stat(pid: int) -> tuple[str, int] | None:
-    """``(state letter, start time in ticks)`` of ``pid``, or None when there is no such
-    process. The command name (field 2) may hold spaces and parentheses: split after the
-    last ')'."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[19])
+from statekeeper.procfs import boot_id, group_members, proc_stat
 
 
 @dataclass(frozen=True)
@@ -68,7 +47,7 @@ class AppProcessIdentity:
         return cls(
             application_id,
             pid,
-            stat[1] if stat else -1,
+            stat.start_ticks if stat else -1,
             boot_id(),
             socket.gethostname(),
             launched_at,
@@ -98,20 +77,19 @@ class AppProcessIdentity:
         stat = proc_stat(self.pid)
         if stat is None:
             return False, f"pid {self.pid} exited"
-        state, ticks = stat
-        if ticks != self.start_ticks:
+        if stat.start_ticks != self.start_ticks:
             return False, f"pid {self.pid} exited (the pid now belongs to another process)"
-        if state in ("Z", "X"):
+        if not stat.running:
             _reap(self.pid)
             return False, f"pid {self.pid} exited (zombie)"
-        return True, f"pid {self.pid} running (state {state})"
+        return True, f"pid {self.pid} running (state {stat.state})"
 
     def group_may_be_signalled(self) -> bool:
         """The process group may be signalled: its leader is ours or gone. A pid is never
         reused while a process group of that id has members, so a gone leader's group is
         still ours; a leader pid that now belongs to another process is not."""
         stat = proc_stat(self.pid)
-        return self.local and (stat is None or stat[1] == self.start_ticks)
+        return self.local and (stat is None or stat.start_ticks == self.start_ticks)
 
 
 def _reap(pid: int) -> None:
@@ -130,22 +108,6 @@ def kill_group(identity: AppProcessIdentity, sig: int = signal.SIGKILL) -> bool:
         return False
     _reap(identity.pid)
     return True
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
 
 
 def wait_group_gone(identity: AppProcessIdentity, timeout_s: float, poll_s: float = 0.2) -> bool:
