@@ -25,10 +25,10 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 help:
 	@echo "make venv|install  create .venv and install requirements.lock + statekeeper (editable)"
 	@echo "make test          ruff, then the whole pytest suite (tests start their own servers;"
-	@echo "                   the kill -9 e2e kills each app 5 times at random)"
+	@echo "                   the kill -9 e2e kills each app 3 times at random; 2 xdist workers)"
 	@echo "make browser       install Debian chromium + chromium-driver if missing (make test runs it)"
 	@echo "make screenshot    the State stores page's browser test, saving docs/img/state_stores.png"
-	@echo "make test-chaos    only the e2e tests, 20 random kill -9s per app (seeds printed)"
+	@echo "make test-chaos    the e2e tests with 20 random kill -9s per app (seeds printed) and the chaos series"
 	@echo "make lint          ruff only"
 	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery"
 	@echo "make up            the embedded platform on 127.0.0.1 (broker + Airflow, DAGs unpaused,"
@@ -79,11 +79,11 @@ screenshot: $(STAMP) browser
 
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q -n 2 --dist loadfile
+	STATEKEEPER_E2E_KILLS=3 $(VENV)/bin/pytest -q -n 2 --dist loadgroup -m 'not chaos'
 
 # A failing run prints its seed and kill count: rerun with STATEKEEPER_E2E_SEED=<seed>.
 test-chaos: $(STAMP)
-	STATEKEEPER_E2E_KILLS=20 $(VENV)/bin/pytest -q -m e2e -rA
+	STATEKEEPER_E2E_KILLS=20 $(VENV)/bin/pytest -q -m 'e2e or chaos' -rA
 
 demo: $(STAMP)
 	$(PY) -m spark_apps.patient_monitoring.demo

@@ -12,6 +12,31 @@ import pytest
 
 from statekeeper.kafka.embedded import EmbeddedBroker
 
+# The longest tests and modules, longest first: make test runs on two xdist workers, and a
+# long test started last would run on alone while the other worker idles.
+RUN_FIRST = (
+    "tests/e2e/test_apps_under_kill9.py::test_word_count",
+    "tests/airflow/test_supervision.py",
+    "tests/e2e/test_apps_under_kill9.py::test_patient_monitoring",
+    "tests/airflow/test_state_stores_page.py",
+    "tests/spark/test_spark_submit_sigterm.py",
+    "tests/e2e/",
+    "tests/platform/test_platform_up_down.py",
+    "tests/spark/test_app_snapshots.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the collected tests longest-first by :data:`RUN_FIRST` (stable otherwise)."""
+
+    def rank(item: pytest.Item) -> int:
+        return next(
+            (i for i, prefix in enumerate(RUN_FIRST) if item.nodeid.startswith(prefix)),
+            len(RUN_FIRST),
+        )
+
+    items.sort(key=rank)
+
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:

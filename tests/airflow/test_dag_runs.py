@@ -22,6 +22,9 @@ from statekeeper.state.environment import StateEnvironment
 from tests.integration.test_changelog_audit import GRACE, SIZE, _set_config, _topology
 from tests.integration.test_drill import _live_app, _write_spec
 
+# Its module-scoped fixtures run once: the whole module goes to one xdist worker.
+pytestmark = pytest.mark.xdist_group("dag_runs")
+
 
 def _dag(dag_file: str, dag_id: str):
     """The DAG parsed from dags/ now (the specs folder is read at parse time)."""

@@ -42,6 +42,9 @@ from statekeeper.snapshots import SnapshotStorage, list_snapshots
 
 from .conftest import DAGS, REPO
 
+# Its module-scoped fixtures run once: the whole module goes to one xdist worker.
+pytestmark = pytest.mark.xdist_group("state_stores_page")
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 #: Where the browser test saves its screenshot when set (relative: to the repo root).

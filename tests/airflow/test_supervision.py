@@ -367,7 +367,7 @@ def _drained(status_file: Path, since: float) -> dict[str, Any]:
     )
 
 
-@pytest.mark.e2e
+@pytest.mark.chaos
 def test_redeploy_stateless_then_from_a_snapshot(airflow_db, broker, specs, monkeypatch):
     from statekeeper.ops.snapshot_app import snapshot_running_app
 

@@ -1,6 +1,6 @@
 """End to end: the shipped apps on Spark, killed with SIGKILL at random moments.
 
-Each app is started ``STATEKEEPER_E2E_KILLS`` times (5 by default, as ``make test`` runs it;
+Each app is started ``STATEKEEPER_E2E_KILLS`` times (5 by default; 3 in ``make test``,
 20 in ``make test-chaos``) and killed with ``kill -9`` (whole process group: driver JVM
 and Python workers) at a random moment after its first micro-batch began; one task's state
 directory is deleted along the way; a final run drains the input. Then every store, the

@@ -18,6 +18,9 @@ from statekeeper.generate import place_records
 from statekeeper.kafka.model import KafkaRecord
 from statekeeper.recompute.spark_frames import records_to_dataframe
 
+# Its module-scoped fixtures run once: the whole module goes to one xdist worker.
+pytestmark = pytest.mark.xdist_group("spark_recompute")
+
 START = 1_700_000_000_000
 T = "patient-events"
 W, CLOSE = 60_000, 65_000

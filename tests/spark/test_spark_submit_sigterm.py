@@ -41,7 +41,7 @@ from tests.e2e.harness import AppUnderTest
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 PARTITIONS = 4
 LINES = 3_000  # at 400 records per batch (50 per partition), a backlog outlasts the signal
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("spark_submit_sigterm")]
 
 
 class SubmittedApp:

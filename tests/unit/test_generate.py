@@ -29,6 +29,9 @@ from statekeeper.generate import (
     summarize,
 )
 
+# Its module-scoped fixtures run once: the whole module goes to one xdist worker.
+pytestmark = pytest.mark.xdist_group("generate")
+
 START = 1_700_000_000_000
 
 
