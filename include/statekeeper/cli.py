@@ -390,9 +390,7 @@ def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
     overrides = {"bootstrap_servers": args.bootstrap} if args.bootstrap else {}
     settings, spec = _spec_app(args.app, **overrides)
     budget = _budget_of(args, settings)
-    status_file = settings.status_file or (
-        Path(settings.state_dir) / settings.application_id / "status.json"
-    )
+    status_file = settings.status_path()
     try:
         storage, snapshots_note = _snapshot_storage(settings), None
     except SnapshotError as exc:  # no snapshots yet: forecast full replays, and say why

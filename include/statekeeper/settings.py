@@ -147,6 +147,11 @@ class StatekeeperSettings(BaseSettings):
                 raise ValueError(f"expected host:port[,host:port], got {value!r}")
         return value
 
+    def status_path(self) -> Path:
+        """Where the app writes its status document: ``status_file``, else
+        ``<state_dir>/<application_id>/status.json``."""
+        return Path(self.status_file or Path(self.state_dir) / self.application_id / "status.json")
+
 
 def load_settings(**overrides: object) -> StatekeeperSettings:
     """Build settings from env + overrides, turning validation errors into one clear ConfigError."""

@@ -83,10 +83,7 @@ class StatekeeperApp:
         self.spark_conf = dict(spark_conf or {})
         self.machine = AppStateMachine(listeners)
         self.checkpoint = Path(settings.checkpoint_dir).absolute() / self.app_id
-        status_file = settings.status_file or (
-            Path(settings.state_dir) / self.app_id / "status.json"
-        )
-        self.board = StatusBoard(self.app_id, Path(status_file).absolute())
+        self.board = StatusBoard(self.app_id, settings.status_path().absolute())
         self.board.add_provider(self._live_status)
         self.machine.add_listener(lambda new, _old: self.board.update(state=new.value))
         self._server: StatusServer | None = None

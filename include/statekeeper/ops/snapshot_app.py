@@ -83,11 +83,8 @@ def snapshot_app(
 def running_app_status_url(settings: StatekeeperSettings) -> str | None:
     """The status URL of the app if it runs now (its status file names an endpoint that
     answers), else None."""
-    status_file = settings.status_file or (
-        Path(settings.state_dir) / settings.application_id / "status.json"
-    )
     try:
-        doc = json.loads(Path(status_file).read_text())
+        doc = json.loads(settings.status_path().read_text())
     except (OSError, ValueError):
         return None
     url = doc.get("status_url")
@@ -149,6 +146,27 @@ def snapshot_running_app(
                 }
             )
     return {**request, "snapshots": rows}
+
+
+def snapshot_now(
+    settings: StatekeeperSettings, topology: Any, storage: Any, timeout_s: float = 300.0
+) -> dict[str, Any]:
+    """Snapshot every task and store of the app now: running (its status endpoint answers),
+    at its next commit, waiting up to ``timeout_s`` for the upload; stopped, from its local
+    state. Returns ``running``, ``snapshot_ids`` and, for a running app, ``request_id``.
+    Raises :class:`~statekeeper.snapshots.manifest.SnapshotError` when it fails."""
+    status_url = running_app_status_url(settings)
+    if status_url is not None:
+        request = snapshot_running_app(status_url, timeout_s=timeout_s)
+        if request["state"] != "uploaded":
+            raise SnapshotError(
+                f"snapshot {request['request_id']} of {settings.application_id} "
+                f"{request['state']}: {request['errors']}"
+            )
+        ids = [row["snapshot_id"] for row in request["snapshots"]]
+        return {"running": True, "request_id": request["request_id"], "snapshot_ids": ids}
+    results = snapshot_app(settings, topology, storage)
+    return {"running": False, "snapshot_ids": [r.manifest.snapshot_id for r in results]}
 
 
 def _get(url: str, timeout_s: float) -> dict[str, Any]:

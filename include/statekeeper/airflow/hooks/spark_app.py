@@ -38,14 +38,6 @@ def entry_point(spec_path: str | Path) -> Path:
     return beside if beside.is_file() else LAUNCHER
 
 
-def status_file_of(settings: Any) -> Path:
-    """Where the app writes its status (settings.status_file or <state_dir>/<app>/status.json)."""
-    path = (
-        settings.status_file or Path(settings.state_dir) / settings.application_id / "status.json"
-    )
-    return Path(path).absolute()
-
-
 class StatekeeperSparkAppHook(StatekeeperAppHook):
     """The app of ``spec_path`` launched with spark-submit on ``conn_id``'s master.
 
@@ -134,7 +126,7 @@ class StatekeeperSparkAppHook(StatekeeperAppHook):
             proc.pid,
             launched_at,
             str(log_path),
-            str(status_file_of(settings)),
+            str(settings.status_path().absolute()),
             cmd,
             upgrade_mode,
         )

@@ -43,7 +43,6 @@ class StatekeeperAuditOperator(StatekeeperAppOperator):
         self.measure = measure
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from pathlib import Path
 
         from statekeeper.ops.audit.changelog_audit import audit_changelogs
         from statekeeper.ops.audit.forecast import choose_restore_rate
@@ -54,9 +53,7 @@ class StatekeeperAuditOperator(StatekeeperAppOperator):
         fix = _as_bool(self.fix)
         hook = self.app_hook()
         settings = hook.settings
-        status_file = settings.status_file or (
-            Path(settings.state_dir) / settings.application_id / "status.json"
-        )
+        status_file = settings.status_path()
         try:
             storage, note = hook.snapshot_storage(), None
         except SnapshotError as exc:  # no snapshots yet: the forecast is a full replay

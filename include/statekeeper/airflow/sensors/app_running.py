@@ -41,7 +41,6 @@ class StatekeeperAppRunningSensor(BaseSensorOperator):
         self.since = since
 
     def execute(self, context: Any) -> None:
-        from statekeeper.airflow.hooks.spark_app import status_file_of
         from statekeeper.airflow.triggers.app_health import AppHealthTrigger
 
         hook = StatekeeperAppHook(self.spec_path, self.settings_overrides)
@@ -59,7 +58,7 @@ class StatekeeperAppRunningSensor(BaseSensorOperator):
         self.defer(
             trigger=AppHealthTrigger(
                 application_id=hook.application_id,
-                status_file=str(status_file_of(hook.settings)),
+                status_file=str(hook.settings.status_path().absolute()),
                 launched_at=self.since if self.since is not None else time.time() - timeout,
                 config=config,
                 mode="until_running",

@@ -12,7 +12,6 @@ import json
 import os
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from statekeeper.settings import StatekeeperSettings
@@ -34,17 +33,10 @@ class AppStatus:
     status_url: str | None
 
 
-def status_file_of(settings: StatekeeperSettings) -> Path:
-    """``settings.status_file``, else ``<state_dir>/<app>/status.json``."""
-    return Path(
-        settings.status_file or Path(settings.state_dir) / settings.application_id / "status.json"
-    )
-
-
 def read_app_status(settings: StatekeeperSettings, timeout_s: float = 1.0) -> AppStatus:
     """The app's status: live from its endpoint when it answers within ``timeout_s``, else
     the last document in its status file."""
-    path = status_file_of(settings)
+    path = settings.status_path()
     try:
         last = json.loads(path.read_text())
     except FileNotFoundError:
