@@ -42,12 +42,8 @@ class StatekeeperSnapshotOperator(StatekeeperAppOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from statekeeper.ops.committed_state import committed_state
-        from statekeeper.ops.snapshot_app import (
-            running_app_status_url,
-            snapshot_app,
-            snapshot_running_app,
-        )
-        from statekeeper.snapshots import list_snapshots, prune, verify_snapshot
+        from statekeeper.ops.snapshot_app import snapshot_now
+        from statekeeper.snapshots import SnapshotError, list_snapshots, prune, verify_snapshot
 
         hook = self.app_hook()
         app_id = hook.application_id
@@ -55,21 +51,17 @@ class StatekeeperSnapshotOperator(StatekeeperAppOperator):
         if not committed:
             raise AirflowSkipException(f"{app_id}: nothing to snapshot: {committed.why_none()}")
         self.log.info("%s: committed batches by task: %s", app_id, committed.committed)
-        status_url = running_app_status_url(hook.settings)
         storage = hook.snapshot_storage(create=True)
-        if status_url is not None:
-            self.log.info("%s is running (%s): snapshot at its next commit", app_id, status_url)
-            request = snapshot_running_app(status_url, timeout_s=self.timeout_s)
-            if request["state"] != "uploaded":
-                raise AirflowException(
-                    f"snapshot {request['request_id']} of {app_id} {request['state']}: "
-                    f"{request['errors']}"
-                )
-            ids = [row["snapshot_id"] for row in request["snapshots"]]
-        else:
-            self.log.info("%s is stopped: snapshot from its local state", app_id)
-            results = snapshot_app(hook.settings, hook.topology(), storage)
-            ids = [r.manifest.snapshot_id for r in results]
+        try:
+            taken = snapshot_now(hook.settings, hook.topology(), storage, self.timeout_s)
+        except SnapshotError as exc:
+            raise AirflowException(str(exc)) from exc
+        running, ids = taken["running"], taken["snapshot_ids"]
+        self.log.info(
+            "%s was %s",
+            app_id,
+            "running: snapshot at its next commit" if running else "stopped: from its local state",
+        )
         if not ids:
             raise AirflowException(f"{app_id}: no store was snapshotted (no local task state?)")
         self.log.info("%s: %d snapshot(s) in %s: %s", app_id, len(ids), storage.url, ids)
@@ -96,7 +88,7 @@ class StatekeeperSnapshotOperator(StatekeeperAppOperator):
         context["ti"].xcom_push(key="snapshot_ids", value=ids)
         return {
             "application_id": app_id,
-            "running": status_url is not None,
+            "running": running,
             "url": storage.url,
             "snapshot_ids": ids,
             "verified": len(new),

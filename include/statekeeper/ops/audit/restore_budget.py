@@ -56,34 +56,6 @@ def check_budget(report: AuditReport, budget_s: float | None) -> BudgetCheck:
     return BudgetCheck(budget_s, sum(topics.values()), full, topics)
 
 
-def snapshot_now(
-    settings: StatekeeperSettings, topology: Any, storage: Any, timeout_s: float = 300.0
-) -> dict[str, Any]:
-    """Snapshot every task and store of the app now: running (its status endpoint answers),
-    at its next commit, waiting up to ``timeout_s`` for the upload; stopped, from its local
-    state. Returns ``running``, ``snapshot_ids`` and, for a running app, ``request_id``.
-    Raises :class:`~statekeeper.snapshots.manifest.SnapshotError` when it fails."""
-    from statekeeper.ops.snapshot_app import (
-        running_app_status_url,
-        snapshot_app,
-        snapshot_running_app,
-    )
-    from statekeeper.snapshots.manifest import SnapshotError
-
-    status_url = running_app_status_url(settings)
-    if status_url is not None:
-        request = snapshot_running_app(status_url, timeout_s=timeout_s)
-        if request["state"] != "uploaded":
-            raise SnapshotError(
-                f"snapshot {request['request_id']} of {settings.application_id} "
-                f"{request['state']}: {request['errors']}"
-            )
-        ids = [row["snapshot_id"] for row in request["snapshots"]]
-        return {"running": True, "request_id": request["request_id"], "snapshot_ids": ids}
-    results = snapshot_app(settings, topology, storage)
-    return {"running": False, "snapshot_ids": [r.manifest.snapshot_id for r in results]}
-
-
 def enforce_budget(
     report: AuditReport,
     budget_s: float | None,
@@ -92,10 +64,12 @@ def enforce_budget(
     storage: Any,
     timeout_s: float = 300.0,
 ) -> BudgetCheck:
-    """:func:`check_budget`, then :func:`snapshot_now` when the app is over it
-    (``storage``: a callable returning the app's SnapshotStorage, made where missing; it is
-    only called when a snapshot is taken)."""
+    """:func:`check_budget`, then :func:`statekeeper.ops.snapshot_app.snapshot_now` when the
+    app is over it (``storage``: a callable returning the app's SnapshotStorage, made where
+    missing; it is only called when a snapshot is taken)."""
     check = check_budget(report, budget_s)
     if check.over_budget:
+        from statekeeper.ops.snapshot_app import snapshot_now
+
         check.snapshot = snapshot_now(settings, topology, storage(), timeout_s)
     return check
