@@ -1,0 +1,1 @@
+"""Running on a Spark cluster: a local standalone cluster, executor identity, task placement."""
