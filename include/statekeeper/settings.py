@@ -135,6 +135,28 @@ class StatekeeperSettings(BaseSettings):
         "stop the SparkContext. Keep it below the supervisor's kill timeout. 0: no wait "
         "(Spark stops under the running batch, which runs again on restart)",
     )
+    num_standby_replicas: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="Standby copies of every task's stores, each on another executor, kept "
+        "up to date from the changelog (Kafka Streams' num.standby.replicas); a task that "
+        "moves to its standby's executor replays only the tail",
+    )
+    query_host: str = Field("127.0.0.1", description="Bind address of each executor's query server")
+    query_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Port of each executor's interactive-query server; 0 picks a free port per "
+        "executor; unset: no query server",
+    )
+    query_max_page_size: int = Field(
+        1000, ge=1, description="Most entries one range/prefix/window query page returns"
+    )
+    query_max_key_bytes: int = Field(
+        64 * 1024, ge=1, description="Longest key (encoded) a query accepts"
+    )
     embedded_broker_port: int = Field(9092, ge=1, le=65535)
     embedded_broker_dir: Path = Field(Path("var/broker"), description="Embedded broker run dir")
 

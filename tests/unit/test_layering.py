@@ -36,12 +36,17 @@ ALLOWED: dict[str, set[str]] = {
     "state": _BASE | {"kafka", "stores", "changelog"},
     "processing": _FLOORS_BELOW_PROCESSING,
     "spark": _RUNTIME,
+    # Running on a cluster: executor identity and task placement (pure), the local cluster.
+    "cluster": _BASE | {"procfs"},
+    # What an executor runs beside its tasks: standby replicas and the query server.
+    "standby": _FLOORS_BELOW_PROCESSING | {"cluster"},
+    "query": _FLOORS_BELOW_PROCESSING | {"processing", "cluster"},
     # Snapshots sit beside the runtime: the worker takes and installs them, ops lists them.
     "snapshots": _FLOORS_BELOW_PROCESSING,
-    "worker": _RUNTIME | {"spark", "snapshots"},
-    "app": _RUNTIME | {"spark", "worker", "snapshots"},
-    "ops": _RUNTIME | {"spark", "worker", "app", "snapshots"},
-    "airflow": _RUNTIME | {"spark", "worker", "app", "ops", "snapshots", "procfs"},
+    "worker": _RUNTIME | {"spark", "snapshots", "cluster", "standby", "query"},
+    "app": _RUNTIME | {"spark", "worker", "snapshots", "cluster"},
+    "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster"},
+    "airflow": _RUNTIME | {"spark", "worker", "app", "ops", "snapshots", "procfs", "cluster"},
     # The embedded platform runs Airflow and the broker as processes; it imports neither.
     "platform": _BASE | {"kafka", "procfs"},
     # Leaves: the command line and the public facade (statekeeper/__init__.py) call anything.
@@ -59,6 +64,9 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "errors": HEAVY,
     "settings": HEAVY,
     "procfs": HEAVY,
+    "cluster": HEAVY,
+    "standby": HEAVY,
+    "query": HEAVY,
     "platform": HEAVY,
     **{layer: ("airflow",) for layer in ("spark", "worker", "app", "ops", "snapshots")},
 }

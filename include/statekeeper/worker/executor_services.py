@@ -1,0 +1,204 @@
+"""What an executor runs beside its tasks: standby replicas and the query server.
+
+Spark gives an executor several Python workers and no place of its own to run a service, so
+one of the executor's Python workers hosts them: the first to take the executor's host lock
+(``<state_dir>/<app>/.executor/host.lock``, an ``flock`` the OS frees when that process
+dies; the next Spark task on the executor then starts them again). Every Spark task of a
+batch writes the driver's latest :class:`~statekeeper.cluster.assignment.Assignment` to
+``assignment.json`` there; the host reads it and hands it to its components, and writes
+what they report (standby lag, the query port) to ``report.json``, which Spark tasks send
+back to the driver with their results. Files, not sockets, because the host may be any of
+the executor's Python workers.
+
+A component is any object with ``reconcile(assignment)``, ``report() -> dict`` and
+``close()``; :func:`_components` builds those the settings ask for.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from statekeeper.cluster.assignment import Assignment
+from statekeeper.cluster.executor import ExecutorIdentity
+from statekeeper.settings import StatekeeperSettings
+
+log = logging.getLogger("statekeeper.executor")
+
+POLL_S = 0.2
+REPORT_EVERY_S = 0.5
+
+
+class ExecutorComponent(Protocol):
+    """A long-running part of an executor (standby replicas, the query server)."""
+
+    def reconcile(self, assignment: Assignment) -> None: ...
+
+    def report(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def services_dir(state_dir: Path, application_id: str) -> Path:
+    return Path(state_dir) / application_id / ".executor"
+
+
+def publish_assignment(state_dir: Path, assignment: Assignment) -> None:
+    """Hand the driver's assignment to this executor's host (atomic replace; a newer
+    version on disk is kept)."""
+    folder = services_dir(state_dir, assignment.application_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    current = read_assignment(state_dir, assignment.application_id)
+    if current is not None and current.version > assignment.version:
+        return
+    tmp = folder / f"assignment.json.{os.getpid()}"
+    tmp.write_text(assignment.to_json())
+    os.replace(tmp, folder / "assignment.json")
+
+
+def read_assignment(state_dir: Path, application_id: str) -> Assignment | None:
+    try:
+        text = (services_dir(state_dir, application_id) / "assignment.json").read_text()
+    except OSError:
+        return None
+    try:
+        return Assignment.from_json(text)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def read_report(state_dir: Path, application_id: str) -> dict[str, Any] | None:
+    """The executor host's last report (None before its first)."""
+    try:
+        return json.loads((services_dir(state_dir, application_id) / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _components(
+    settings: StatekeeperSettings, state_dir: Path, executor: ExecutorIdentity
+) -> dict[str, ExecutorComponent]:
+    parts: dict[str, ExecutorComponent] = {}
+    if settings.num_standby_replicas > 0:
+        from statekeeper.standby.replicas import StandbyReplicas
+
+        parts["standbys"] = StandbyReplicas(settings, state_dir, executor)
+    if settings.query_port is not None:
+        from statekeeper.query.server import QueryServer
+
+        parts["query"] = QueryServer(settings, state_dir, executor)
+    return parts
+
+
+class ExecutorServicesHost:
+    """The executor's standbys and query server, run by the one Python worker holding the
+    host lock (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: StatekeeperSettings,
+        state_dir: Path,
+        executor: ExecutorIdentity,
+        lock_fd: int,
+    ) -> None:
+        self.settings = settings
+        self.state_dir = Path(state_dir)
+        self.executor = executor
+        self._lock_fd = lock_fd
+        self._stop = threading.Event()
+        self.components = _components(settings, self.state_dir, executor)
+        self._version = -1
+        self._thread = threading.Thread(
+            target=self._loop, name="statekeeper-executor-services", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        reported = 0.0
+        while not self._stop.is_set():
+            try:
+                assignment = read_assignment(self.state_dir, self.settings.application_id)
+                if assignment is not None and assignment.version != self._version:
+                    for component in self.components.values():
+                        component.reconcile(assignment)
+                    self._version = assignment.version
+                if time.monotonic() - reported >= REPORT_EVERY_S:
+                    self._write_report()
+                    reported = time.monotonic()
+            except Exception:  # a component's failure must not end the loop
+                log.exception("executor services: reconcile/report failed")
+            self._stop.wait(POLL_S)
+
+    def report(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "executor": self.executor.executor_id,
+            "host": self.executor.host,
+            "pid": os.getpid(),
+            "updated": time.time(),
+            "assignment_version": self._version,
+        }
+        for name, component in self.components.items():
+            doc[name] = component.report()
+        return doc
+
+    def _write_report(self) -> None:
+        folder = services_dir(self.state_dir, self.settings.application_id)
+        tmp = folder / f"report.json.{os.getpid()}"
+        tmp.write_text(json.dumps(self.report(), sort_keys=True))
+        os.replace(tmp, folder / "report.json")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for component in self.components.values():
+            try:
+                component.close()
+            except Exception:
+                log.exception("executor services: close failed")
+        os.close(self._lock_fd)
+
+
+_HOSTS: dict[tuple[str, str], ExecutorServicesHost] = {}
+_HOSTS_LOCK = threading.Lock()
+
+
+def ensure_executor_services(
+    settings: StatekeeperSettings, state_dir: Path, executor: ExecutorIdentity
+) -> ExecutorServicesHost | None:
+    """Start this executor's services here unless another process hosts them; returns the
+    host when it is this process. A no-op when the settings ask for neither standbys nor a
+    query server."""
+    if settings.num_standby_replicas <= 0 and settings.query_port is None:
+        return None
+    key = (str(state_dir), settings.application_id)
+    with _HOSTS_LOCK:
+        if key in _HOSTS:
+            return _HOSTS[key]
+        folder = services_dir(state_dir, settings.application_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / "host.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        os.set_inheritable(fd, False)
+        host = ExecutorServicesHost(settings, state_dir, executor, fd)
+        _HOSTS[key] = host
+        log.info("executor %s: services hosted by pid %d", executor.executor_id, os.getpid())
+        return host
+
+
+def close_executor_services() -> None:
+    """Stop the services this process hosts (tests; a worker that stops hosting)."""
+    with _HOSTS_LOCK:
+        hosts = list(_HOSTS.values())
+        _HOSTS.clear()
+    for host in hosts:
+        host.close()
