@@ -10,11 +10,13 @@ from typing import Any
 
 @dataclass(frozen=True)
 class TaskPlacement:
-    """One task: the executor running it (``active``; None before it first runs) and the
-    executors keeping standby copies of its stores."""
+    """One task: the executor running it (``active``; None before it first runs), the
+    executors keeping standby copies of its stores, and its epoch (raised whenever the task
+    changes executor: a copy open under an older epoch is stale)."""
 
     active: str | None
     standbys: tuple[str, ...] = ()
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,10 @@ class Assignment:
         placement = self.tasks.get(task_id)
         return placement.active if placement else None
 
+    def epoch_of(self, task_id: str) -> int:
+        placement = self.tasks.get(task_id)
+        return placement.epoch if placement else 0
+
     def standbys_of(self, task_id: str) -> tuple[str, ...]:
         placement = self.tasks.get(task_id)
         return placement.standbys if placement else ()
@@ -62,7 +68,7 @@ class Assignment:
             application_id=raw["application_id"],
             version=int(raw["version"]),
             tasks={
-                t: TaskPlacement(p["active"], tuple(p.get("standbys", ())))
+                t: TaskPlacement(p["active"], tuple(p.get("standbys", ())), int(p.get("epoch", 0)))
                 for t, p in raw.get("tasks", {}).items()
             },
             executors={e: ExecutorEndpoint(**v) for e, v in raw.get("executors", {}).items()},

@@ -82,17 +82,17 @@ def read_report(state_dir: Path, application_id: str) -> dict[str, Any] | None:
 
 
 def _components(
-    settings: StatekeeperSettings, state_dir: Path, executor: ExecutorIdentity
+    settings: StatekeeperSettings, state_dir: Path, executor: ExecutorIdentity, topology: Any
 ) -> dict[str, ExecutorComponent]:
     parts: dict[str, ExecutorComponent] = {}
     if settings.num_standby_replicas > 0:
         from statekeeper.standby.replicas import StandbyReplicas
 
-        parts["standbys"] = StandbyReplicas(settings, state_dir, executor)
+        parts["standbys"] = StandbyReplicas(settings, state_dir, executor, topology=topology)
     if settings.query_port is not None:
         from statekeeper.query.server import QueryServer
 
-        parts["query"] = QueryServer(settings, state_dir, executor)
+        parts["query"] = QueryServer(settings, state_dir, executor, topology=topology)
     return parts
 
 
@@ -106,13 +106,14 @@ class ExecutorServicesHost:
         state_dir: Path,
         executor: ExecutorIdentity,
         lock_fd: int,
+        topology: Any = None,
     ) -> None:
         self.settings = settings
         self.state_dir = Path(state_dir)
         self.executor = executor
         self._lock_fd = lock_fd
         self._stop = threading.Event()
-        self.components = _components(settings, self.state_dir, executor)
+        self.components = _components(settings, self.state_dir, executor, topology)
         self._version = -1
         self._thread = threading.Thread(
             target=self._loop, name="statekeeper-executor-services", daemon=True
@@ -169,7 +170,10 @@ _HOSTS_LOCK = threading.Lock()
 
 
 def ensure_executor_services(
-    settings: StatekeeperSettings, state_dir: Path, executor: ExecutorIdentity
+    settings: StatekeeperSettings,
+    state_dir: Path,
+    executor: ExecutorIdentity,
+    topology: Any = None,
 ) -> ExecutorServicesHost | None:
     """Start this executor's services here unless another process hosts them; returns the
     host when it is this process. A no-op when the settings ask for neither standbys nor a
@@ -189,7 +193,7 @@ def ensure_executor_services(
             os.close(fd)
             return None
         os.set_inheritable(fd, False)
-        host = ExecutorServicesHost(settings, state_dir, executor, fd)
+        host = ExecutorServicesHost(settings, state_dir, executor, fd, topology)
         _HOSTS[key] = host
         log.info("executor %s: services hosted by pid %d", executor.executor_id, os.getpid())
         return host

@@ -29,11 +29,22 @@ class ParkedTask:
     """A parked task's open state and its source fetch, which keeps reading ahead from where
     the last batch ended (a RangeFetch with ``continuous=True``, or None)."""
 
-    __slots__ = ("state", "fetch")
+    __slots__ = ("state", "fetch", "epoch", "still_placed_here")
 
-    def __init__(self, state: Any, fetch: Any | None) -> None:
+    def __init__(
+        self,
+        state: Any,
+        fetch: Any | None,
+        epoch: int = 0,
+        still_placed_here: Callable[[], bool] | None = None,
+    ) -> None:
         self.state = state
         self.fetch = fetch
+        # The task's placement epoch when it ran here, and a check that the driver still
+        # places it here under that epoch (statekeeper.cluster.placement): a copy of a task
+        # that moved away is stale and must never commit.
+        self.epoch = epoch
+        self.still_placed_here = still_placed_here
 
     @property
     def task_id(self) -> str:
@@ -47,7 +58,12 @@ class ParkedTask:
         return bool(self.state.release_requested())
 
     def commit_held(self) -> None:
-        """Commit the batches the task holds uncommitted (it is being handed over)."""
+        """Commit the batches the task holds uncommitted (it is being handed over), unless
+        the task has moved away since it ran here: then they are dropped (its new executor
+        has replayed or will replay them from the changelog and the driver's backlog)."""
+        if self.still_placed_here is not None and not self.still_placed_here():
+            log.warning("task %s moved away: its held batches are dropped here", self.task_id)
+            return
         transaction = self.state.pending_transaction()
         if transaction is not None:
             transaction.commit()

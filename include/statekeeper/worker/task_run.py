@@ -43,6 +43,11 @@ class TaskRun:
     backlog: tuple[BatchSlice, ...] = ()
     force_commit: bool = False
     snapshot_request: str | None = None
+    # Where the driver placed the task (Spark's executor id) and the task's placement epoch:
+    # only that executor runs it, and a copy of it open elsewhere, or under an older epoch,
+    # is stale (statekeeper.cluster.placement).
+    executor: str | None = None
+    epoch: int = 0
 
 
 @dataclass
@@ -55,6 +60,9 @@ class TaskRunResult:
     committed_batch_id: int | None = None  # the last batch the task's state committed
     warm: bool = False  # the state was still open in this worker from the task's last batch
     worker_pid: int = 0  # the Python worker process that ran it
+    executor_id: str = ""  # the Spark executor that ran it
+    # Why a copy of the task left open in this worker was not reused (it was stale), or None.
+    stale_copy: str | None = None
     records_read: int = 0
     records_processed: int = 0
     records_skipped: int = 0
@@ -76,6 +84,8 @@ class TaskRunResult:
     # Snapshot events of this worker process (statekeeper.worker.snapshot_uploader): this
     # task's staging, and uploads that finished since the worker's last report, of any task.
     snapshots: list[dict[str, Any]] = field(default_factory=list)
+    # The executor's services report (standby lag, query port), on one result per Spark task.
+    executor_report: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

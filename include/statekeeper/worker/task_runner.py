@@ -20,8 +20,13 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from statekeeper.cluster.assignment import Assignment
+from statekeeper.cluster.executor import current_executor, executor_state_dir
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.model import OffsetRange, tp_key
@@ -46,6 +51,10 @@ class _WorkerServices:
         from statekeeper.worker.parked_tasks import ParkedTasks
         from statekeeper.worker.task_snapshots import TaskSnapshots
 
+        # On a cluster each executor may have its own state directory (its environment).
+        state_dir = executor_state_dir(settings.state_dir)
+        if state_dir != settings.state_dir:
+            settings = settings.model_copy(update={"state_dir": state_dir})
         self.settings = settings
         self.progress = RestoreProgressFile()
         self.env = StateEnvironment(settings, [self.progress], check_broker=False)
@@ -95,16 +104,30 @@ CLAIM_GRACE_S = 0.1
 
 
 def run_share(
-    index: int, shares: list[list[TaskRun]], job: str, topology: Any, settings_json: str
-) -> list[TaskRunResult]:
-    """One Spark task of a batch: run the tasks parked in this worker, then those of share
-    ``index`` that nobody claimed; returns one result per task run here.
+    index: int,
+    shares: list[list[TaskRun]],
+    job: str,
+    topology: Any,
+    settings_json: str,
+    assignment_json: str | None = None,
+) -> list[TaskRunResult | ExecutorReport]:
+    """One Spark task of a batch: run the tasks parked in this worker, then one share of
+    this executor's tasks that no other Spark task took; returns one result per task run
+    here (and this executor's services report, when it hosts any).
 
     Every task of the batch ends up run exactly once per ``job``: a parked task by the
     worker holding it (it claims it first, :mod:`batch_claims`), any other by the worker
-    whose share holds it. Skipping a claimed task is safe because a claim is written by the
-    lock holder, which runs the task before letting the lock go.
+    that took its share. Skipping a claimed task is safe because a claim is written by the
+    lock holder, which runs the task before letting the lock go. A run placed on another
+    executor (``TaskRun.executor``) is never run here: Spark does not pin Spark tasks to
+    executors, so each one picks, on the executor it landed on, a share placed there
+    (:func:`_take_share`); a share nobody took runs in the driver's next pass.
     """
+    from statekeeper.worker.executor_services import (
+        ensure_executor_services,
+        publish_assignment,
+        read_report,
+    )
     from statekeeper.worker.gc_freeze import (
         frozen_after_share,
         in_spark_task,
@@ -113,6 +136,10 @@ def run_share(
 
     services = _services(settings_json)
     settings = services.settings
+    executor = current_executor()
+    if assignment_json is not None:
+        publish_assignment(settings.state_dir, Assignment.from_json(assignment_json))
+        ensure_executor_services(settings, settings.state_dir, executor, topology)
     # ``busy`` is held while this worker runs tasks: the parked-task watcher commits a task
     # it hands over only while the worker is idle (see ParkedTasks).
     with (
@@ -120,10 +147,84 @@ def run_share(
         services.busy,
         raised_gc_threshold(settings.worker_gc_threshold),
     ):
-        results = _run_share(index, shares, job, topology, services)
+        results: list[TaskRunResult | ExecutorReport] = list(
+            _run_share(index, shares, job, topology, services, executor.executor_id)
+        )
         if results:  # uploads this worker finished meanwhile, of any task
-            results[0].snapshots.extend(services.snapshots.drain_uploads())
-        return results
+            results[0].snapshots.extend(services.snapshots.drain_uploads())  # type: ignore[union-attr]
+    report = read_report(settings.state_dir, settings.application_id)
+    if report is not None:
+        results.append(ExecutorReport(executor.executor_id, executor.host, report))
+    return results
+
+
+@dataclass
+class ExecutorReport:
+    """An executor's services report (standby lag and events, the query server's port),
+    sent back beside the task results."""
+
+    executor_id: str
+    host: str
+    report: dict[str, Any]
+
+
+def _take_share(
+    index: int, shares: list[list[TaskRun]], job: str, me: str, state_dir: Path, app_id: str
+) -> list[TaskRun]:
+    """The share this Spark task runs: share ``index`` if it is placed on this executor,
+    else the first one placed here that no other Spark task of ``job`` took (an exclusive
+    create in the executor's own state directory decides)."""
+    mine = [k for k, share in enumerate(shares) if share and share[0].executor in (None, me)]
+    if not mine:
+        return []
+    order = ([index] if index in mine else []) + [k for k in mine if k != index]
+    jobs = Path(state_dir) / app_id / ".executor" / "jobs"
+    folder = jobs / job
+    folder.mkdir(parents=True, exist_ok=True)
+    _forget_old_jobs(jobs, keep=job)
+    for k in order:
+        try:
+            os.close(os.open(folder / str(k), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        return shares[k]
+    return []
+
+
+#: Share files of jobs older than this are removed (a job lasts one pass of a batch).
+_JOB_FILES_KEEP_S = 600.0
+
+
+def _forget_old_jobs(jobs: Path, keep: str) -> None:
+    import shutil
+
+    now = time.time()
+    try:
+        entries = list(os.scandir(jobs))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.name != keep and now - entry.stat().st_mtime > _JOB_FILES_KEEP_S:
+                shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _still_placed_here(
+    state_dir: Path, app_id: str, task_id: str, me: str, epoch: int
+) -> Callable[[], bool]:
+    """Whether the driver's latest assignment (as published on this executor) still places
+    ``task_id`` here under ``epoch``; True where no assignment is published."""
+    from statekeeper.worker.executor_services import read_assignment
+
+    def check() -> bool:
+        assignment = read_assignment(state_dir, app_id)
+        if assignment is None or task_id not in assignment.tasks:
+            return True
+        return assignment.active_of(task_id) in (None, me) and assignment.epoch_of(task_id) == epoch
+
+    return check
 
 
 def _run_share(
@@ -132,6 +233,7 @@ def _run_share(
     job: str,
     topology: Any,
     services: _WorkerServices,
+    me: str,
 ) -> list[TaskRunResult]:
     from statekeeper.state.directory import TaskDirectory, TaskLock
     from statekeeper.worker.batch_claims import claim, is_claimed
@@ -142,25 +244,40 @@ def _run_share(
         return TaskDirectory(settings.state_dir, settings.application_id, run.task_id)
 
     warm: list[tuple[TaskRun, ParkedTask]] = []
+    stale: dict[str, str] = {}
     try:
         for run in (r for share in shares for r in share):
             path = directory(run).path
             if is_claimed(path, job):  # run by this worker's earlier Spark task of this pass
                 continue
             parked = services.parked.take(str(path), topology.store_specs(run.subtopology))
-            if parked is not None:
-                warm.append((run, parked))
-                claim(path, job)
-                # Every warm task's fetch runs now, so later tasks' records arrive while
-                # the first ones process.
-                parked.fetch = _fetch_for(run, services, parked.fetch)
+            if parked is None:
+                continue
+            if run.executor not in (None, me) or parked.epoch != run.epoch:
+                # The task moved since it ran here: this copy is stale. Closed without a
+                # commit; if the task is placed here again, its open catches up from the
+                # changelog (invariant 4: or rebuilds).
+                stale[run.task_id] = (
+                    f"task moved to executor {run.executor}"
+                    if run.executor not in (None, me)
+                    else f"placement epoch {parked.epoch} is older than {run.epoch}"
+                )
+                log.warning("task %s: stale copy closed here: %s", run.task_id, stale[run.task_id])
+                parked.close()
+                continue
+            warm.append((run, parked))
+            claim(path, job)
+            # Every warm task's fetch runs now, so later tasks' records arrive while
+            # the first ones process.
+            parked.fetch = _fetch_for(run, services, parked.fetch)
     except BaseException:
         for _, taken in warm:  # give their locks back
             taken.close()
         raise
-    results = _run_open_tasks(warm, topology, services)
+    results = _run_open_tasks(warm, topology, services, me)
     done = {run.task_id for run, _ in warm}
-    for run in shares[index]:
+    share = _take_share(index, shares, job, me, settings.state_dir, settings.application_id)
+    for run in share:
         if run.task_id in done:
             continue
         task_dir = directory(run)
@@ -171,8 +288,9 @@ def _run_share(
             time.sleep(0.005)
         if is_claimed(task_dir.path, job):
             continue
-        result = _run_one(run, topology, services, job)
+        result = _run_one(run, topology, services, job, me)
         if result is not None:
+            result.stale_copy = stale.get(run.task_id)
             results.append(result)
     return results
 
@@ -198,6 +316,7 @@ def _run_one(
     topology: Any,
     services: _WorkerServices,
     job: str,
+    me: str,
 ) -> TaskRunResult | None:
     """Open ``run``'s task (None if another worker claimed it for ``job`` meanwhile), run
     and commit it, and park it with its fetch."""
@@ -224,19 +343,34 @@ def _run_one(
         services.progress.note_source(store, report)
     if is_claimed(state.task_dir.path, job):  # its holder ran it while we waited
         fetch.close()
-        services.parked.park(str(state.task_dir.path), ParkedTask(state, None))
+        services.parked.park(str(state.task_dir.path), _parked(run, state, None, services, me))
         return None
     claim(state.task_dir.path, job)
     opened = time.perf_counter() - started
     return _run_open_tasks(
-        [(run, ParkedTask(state, fetch))], topology, services, opened=(outcomes, opened)
+        [(run, _parked(run, state, fetch, services, me))],
+        topology,
+        services,
+        me,
+        opened=(outcomes, opened),
     )[0]
+
+
+def _parked(
+    run: TaskRun, state: Any, fetch: Any | None, services: _WorkerServices, me: str
+) -> ParkedTask:
+    settings = services.settings
+    check = _still_placed_here(
+        settings.state_dir, settings.application_id, run.task_id, me, run.epoch
+    )
+    return ParkedTask(state, fetch, epoch=run.epoch, still_placed_here=check)
 
 
 def _run_open_tasks(
     tasks: list[tuple[TaskRun, ParkedTask]],
     topology: Any,
     services: _WorkerServices,
+    me: str,
     opened: tuple[list[Any], float] | None = None,
 ) -> list[TaskRunResult]:
     """Process every task (parked ones, or the one task just opened: ``opened`` holds its
@@ -285,6 +419,7 @@ def _run_open_tasks(
         result.committed_offsets = state.committed_offsets
         result.warm = opened is None
         result.worker_pid = os.getpid()
+        result.executor_id = me
         result.restored = [_restore_report(o, state) for o in outcomes]
         result.snapshots = services.snapshots.finish(state)
         result.store_entries_approx = {

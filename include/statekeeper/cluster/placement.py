@@ -1,0 +1,170 @@
+"""Sticky task placement on the driver (Kafka Streams' HighAvailabilityTaskAssignor, cut down).
+
+A task's state lives on the executor where it last ran, so the task stays there while that
+executor is alive. When it is gone, the task goes to an executor holding a standby copy of it
+(only the tail replays there), else to the least loaded live executor (a restore from the
+snapshot + tail, or the changelog). Every change of a task's executor raises the task's
+*epoch*: a copy of the task left open in a worker under an older epoch is stale, so it is
+never committed or reused (it is closed and caught up from the changelog when the task comes
+back). Standbys: ``num_standby_replicas`` other live executors per task, kept where they are
+while alive, the least loaded otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from statekeeper.cluster.assignment import Assignment, ExecutorEndpoint, TaskPlacement
+
+
+@dataclass(frozen=True)
+class TaskMove:
+    """A task that changed executor, and why."""
+
+    task_id: str
+    from_executor: str | None
+    to_executor: str
+    reason: str  # "executor lost", "not scheduled", "to standby"
+    at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task_id,
+            "from": self.from_executor,
+            "to": self.to_executor,
+            "reason": self.reason,
+            "at": round(self.at, 3),
+        }
+
+
+class TaskPlacementRegistry:
+    """Where each task runs and keeps standbys; :meth:`plan` gives the batch's
+    :class:`Assignment`."""
+
+    def __init__(self, application_id: str, num_standby_replicas: int = 0) -> None:
+        self.application_id = application_id
+        self.num_standby_replicas = num_standby_replicas
+        self._active: dict[str, str] = {}
+        self._standbys: dict[str, tuple[str, ...]] = {}
+        self._epoch: dict[str, int] = {}
+        self._endpoints: dict[str, ExecutorEndpoint] = {}
+        self._version = 0
+        self._last: Assignment | None = None
+        self.moves: deque[TaskMove] = deque(maxlen=200)
+        self.move_count = 0
+        self.moves_by_reason: Counter[str] = Counter()
+
+    # -- decisions ---------------------------------------------------------------------------
+
+    def plan(
+        self,
+        task_ids: Iterable[str],
+        alive: list[str],
+        *,
+        avoid: dict[str, str] | None = None,
+    ) -> Assignment:
+        """The assignment of ``task_ids`` (plus every task seen before) over the ``alive``
+        executors. ``avoid`` maps tasks that did not run where they were sent to the
+        executor to move them away from."""
+        if not alive:
+            raise ValueError("no live executor to place tasks on")
+        avoid = avoid or {}
+        alive_set = set(alive)
+        tasks = sorted(set(task_ids) | set(self._active))
+        load = Counter(a for t, a in self._active.items() if a in alive_set and t not in avoid)
+        changed = False
+        for task in tasks:
+            current = self._active.get(task)
+            if current in alive_set and task not in avoid:
+                continue
+            candidates = [e for e in alive if e != avoid.get(task)] or list(alive)
+            standby = [e for e in self._standbys.get(task, ()) if e in candidates]
+            target = standby[0] if standby else min(candidates, key=lambda e: (load[e], e))
+            if current is not None:
+                reason = "to standby" if standby else "executor lost"
+                if task in avoid:
+                    reason = "not scheduled" + (" (to standby)" if standby else "")
+                self._note_move(task, current, target, reason)
+            self._active[task] = target
+            self._epoch[task] = self._epoch.get(task, 0) + 1
+            load[target] += 1
+            changed = True
+        changed |= self._place_standbys(tasks, alive)
+        if changed or self._last is None or set(self._last.executors) != alive_set:
+            self._version += 1
+        self._last = Assignment(
+            application_id=self.application_id,
+            version=self._version,
+            tasks={
+                t: TaskPlacement(self._active[t], self._standbys.get(t, ()), self._epoch[t])
+                for t in tasks
+            },
+            executors={e: self._endpoints.get(e, ExecutorEndpoint(e, "")) for e in alive},
+            num_standby_replicas=self.num_standby_replicas,
+        )
+        return self._last
+
+    def _place_standbys(self, tasks: list[str], alive: list[str]) -> bool:
+        if self.num_standby_replicas <= 0:
+            return False
+        alive_set = set(alive)
+        load = Counter(e for t in tasks for e in self._standbys.get(t, ()) if e in alive_set)
+        changed = False
+        for task in tasks:
+            active = self._active[task]
+            keep = [e for e in self._standbys.get(task, ()) if e in alive_set and e != active]
+            others = sorted(
+                (e for e in alive if e != active and e not in keep), key=lambda e: (load[e], e)
+            )
+            while len(keep) < self.num_standby_replicas and others:
+                chosen = others.pop(0)
+                keep.append(chosen)
+                load[chosen] += 1
+            if tuple(keep) != self._standbys.get(task, ()):
+                self._standbys[task] = tuple(keep)
+                changed = True
+        return changed
+
+    def _note_move(self, task: str, source: str | None, target: str, reason: str) -> None:
+        self.moves.append(TaskMove(task, source, target, reason, time.time()))
+        self.move_count += 1
+        self.moves_by_reason[reason] += 1
+
+    # -- what executors report ----------------------------------------------------------------
+
+    def note_endpoint(self, endpoint: ExecutorEndpoint) -> bool:
+        """An executor's host and query port (True when new or changed)."""
+        if self._endpoints.get(endpoint.executor_id) == endpoint:
+            return False
+        self._endpoints[endpoint.executor_id] = endpoint
+        self._version += 1
+        return True
+
+    def active_of(self, task_id: str) -> str | None:
+        return self._active.get(task_id)
+
+    def epoch_of(self, task_id: str) -> int:
+        return self._epoch.get(task_id, 0)
+
+    @property
+    def last(self) -> Assignment | None:
+        return self._last
+
+    def status(self) -> dict[str, Any]:
+        """For the status document: placements, moves."""
+        last = self._last
+        return {
+            "assignment_version": last.version if last else 0,
+            "executors": sorted(last.executors) if last else [],
+            "tasks": {
+                t: {"executor": p.active, "standbys": list(p.standbys), "epoch": p.epoch}
+                for t, p in (last.tasks.items() if last else ())
+            },
+            "moves_total": self.move_count,
+            "moves_by_reason": dict(self.moves_by_reason),
+            "recent_moves": [m.as_dict() for m in list(self.moves)[-20:]],
+        }
