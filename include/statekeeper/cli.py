@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_restore(commands)
     _add_drill(commands)
     _add_platform(commands)
+    _add_cluster(commands)
     return parser
 
 
@@ -1063,6 +1064,92 @@ def _cmd_platform_status(args: argparse.Namespace) -> int:
     result = status(PlatformConfig.load(args.root))
     _emit(args, result, status_text(result))
     return EXIT_OK if result["running"] else EXIT_NOT_RUNNING
+
+
+# --- cluster: a Spark standalone cluster on 127.0.0.1 -------------------------------------
+
+
+def _add_cluster(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cluster = _subcommand(commands, "cluster", "a Spark standalone cluster on 127.0.0.1")
+    actions = cluster.add_subparsers(title="actions", metavar="ACTION")
+    for name, text, handler in (
+        ("start", "start a master and workers in the background", _cmd_cluster_start),
+        ("stop", "stop every process of the cluster recorded in --dir", _cmd_cluster_stop),
+        ("status", "what runs (exit code 3 when not every worker is up)", _cmd_cluster_status),
+    ):
+        sub = _subcommand(actions, name, text, handler)
+        sub.add_argument(
+            "--dir", type=Path, default=Path("var/cluster"), help="logs, work dirs, cluster.json"
+        )
+        if name == "start":
+            sub.add_argument("--workers", type=int, default=2, help="number of workers")
+            sub.add_argument("--cores", type=int, default=1, help="cores per worker")
+            sub.add_argument("--memory", default="2g", help="memory per worker (e.g. 2g)")
+            sub.add_argument("--timeout", type=float, default=90.0, help="seconds to come up")
+
+
+def _cmd_cluster_start(args: argparse.Namespace) -> int:
+    from statekeeper.cluster.local_cluster import ClusterConfig, LocalSparkCluster
+
+    config = ClusterConfig(
+        base_dir=args.dir,
+        workers=args.workers,
+        cores_per_worker=args.cores,
+        memory_per_worker=args.memory,
+        start_timeout_s=args.timeout,
+    )
+    status = LocalSparkCluster(config).start().status()
+    _emit(
+        args,
+        status,
+        f"Spark master {status['master_url']} (web UI {status['master_webui_url']}), "
+        f"{status['alive_workers']} workers; logs in {status['logs']}\n"
+        f"run an app on it: statekeeper app run SPEC --set spark_master={status['master_url']}\n"
+        f"stop it: statekeeper cluster stop --dir {args.dir}",
+    )
+    return EXIT_OK
+
+
+def _cmd_cluster_stop(args: argparse.Namespace) -> int:
+    from statekeeper.cluster.local_cluster import STATE_FILE, LocalSparkCluster
+
+    if not (args.dir / STATE_FILE).is_file():
+        _emit(
+            args,
+            {"base_dir": str(args.dir), "stopped": [], "killed": [], "left": []},
+            f"no cluster recorded in {args.dir}",
+        )
+        return EXIT_OK
+    cluster = LocalSparkCluster.attach(args.dir)
+    found = cluster.processes()
+    killed = cluster.stop()
+    left = cluster.processes()
+    result = {"base_dir": str(cluster.base_dir), "stopped": found, "killed": killed, "left": left}
+    text = f"cluster in {cluster.base_dir} stopped ({len(found)} processes)"
+    _emit(args, result, text + (f"; STILL RUNNING: {left}" if left else ""))
+    return EXIT_ERROR if left else EXIT_OK
+
+
+def _cmd_cluster_status(args: argparse.Namespace) -> int:
+    from statekeeper.cluster.local_cluster import STATE_FILE, LocalSparkCluster
+
+    if not (args.dir / STATE_FILE).is_file():
+        _emit(args, {"base_dir": str(args.dir), "running": False}, f"no cluster in {args.dir}")
+        return EXIT_NOT_RUNNING
+    status = LocalSparkCluster.attach(args.dir).status()
+    if status["running"]:
+        text = (
+            f"Spark master {status['master_url']} (web UI {status['master_webui_url']}), "
+            f"{status['alive_workers']}/{len(status['workers'])} workers alive"
+        )
+    else:
+        text = (
+            f"cluster in {status['base_dir']} is not running (master alive: "
+            f"{status['master_alive']}, workers alive: {status['alive_workers']}/"
+            f"{len(status['workers'])})"
+        )
+    _emit(args, status, text)
+    return EXIT_OK if status["running"] else EXIT_NOT_RUNNING
 
 
 if __name__ == "__main__":
