@@ -269,10 +269,15 @@ class StatekeeperApp:
                     self._positions[(topic, p)] = int(offset)
 
     def _spark(self) -> Any:
+        """The app's SparkSession. Its master: spark-submit's when spark-submit launched this
+        process, else ``settings.spark_master`` (see :mod:`statekeeper.spark.master`)."""
+        import os
+
         from pyspark import SparkContext
         from pyspark.conf import SparkConf
         from pyspark.sql import SparkSession
 
+        from statekeeper.spark.master import executor_python_conf, master_to_set
         from statekeeper.spark.session_env import (
             LOCAL_CHECKPOINT_CONF,
             prepare_spark_env,
@@ -280,8 +285,27 @@ class StatekeeperApp:
         )
 
         env_conf = prepare_spark_env()
-        SparkContext._ensure_initialized()  # so SparkConf sees spark-submit's --master
+        # Decided before the JVM starts: afterwards its conf always holds a spark.master.
+        master = master_to_set(
+            self.settings.spark_master,
+            context_active=SparkContext._active_spark_context is not None,
+        )
+        if master is None and "spark_master" in self.settings.model_fields_set:
+            log.warning(
+                "spark_master=%s is not used: spark-submit, PYSPARK_SUBMIT_ARGS or the "
+                "running SparkContext chose the master (statekeeper.spark.master)",
+                self.settings.spark_master,
+            )
+        SparkContext._ensure_initialized()  # so SparkConf sees spark-submit's conf
+        builder = SparkSession.builder
+        existing = SparkConf()
+        if master is not None:
+            builder = builder.master(master)
+        effective_master = self.spark_conf.get(
+            "spark.master", master or existing.get("spark.master", "")
+        )
         defaults = {
+            **executor_python_conf(effective_master, os.environ["PYSPARK_PYTHON"]),
             **env_conf,
             **LOCAL_CHECKPOINT_CONF,  # the checkpoint is always a local directory here
             "spark.app.name": f"statekeeper-{self.app_id}",
@@ -291,10 +315,6 @@ class StatekeeperApp:
             "spark.python.worker.reuse": "true",
             "spark.sql.streaming.stopTimeout": "60s",
         }
-        builder = SparkSession.builder
-        existing = SparkConf()
-        if not existing.contains("spark.master"):
-            builder = builder.master(self.settings.spark_master)
         for key, value in {**defaults, **self.spark_conf}.items():
             if key in self.spark_conf or not existing.contains(key):
                 builder = builder.config(key, value)
