@@ -88,6 +88,41 @@ class TaskLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
+    def try_acquire(self, wait_s: float) -> bool:
+        """Take the lock if it frees within ``wait_s``; never leave a release request.
+
+        For a holder that yields to everyone (a standby replica): asking a parked active
+        task to let go would steal its task. Returns whether the lock is now held."""
+        if self._fd is not None:
+            return True
+        path = self.directory.lock_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.01)
+        # As in acquire(): a stale request is dropped; a waiter still queued renews it.
+        self.directory.release_request_file.unlink(missing_ok=True)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return True
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
     def held_elsewhere(self) -> bool:
         """Whether another lock (process or file descriptor) holds the task right now."""
         path = self.directory.lock_file

@@ -1,0 +1,356 @@
+"""One standby task: a warm local copy of a task's persistent stores, at the last commit marker.
+
+The copy lives where the task's active copy would live on this executor
+(``<state_dir>/<app>/<task>/rocksdb/<store>``), in the same format and with the same store
+metadata (marker offset, source offsets, batch id, written atomically with the data by the
+restorer): when the task becomes active here, its normal open finds the copy checkpointed at
+a marker and replays only the records after it. That is the whole hand-off.
+
+An update step is a restore from the copy's marker (:class:`ChangelogRestorer`, the path an
+active open takes): it reads each store's changelog partition to EOF and applies what the
+last commit marker closes, never the records after it (an uncommitted tail may yet be
+reverted). Between steps the task keeps its lock and its stores open, so a step on an idle
+changelog costs one fetch round trip per store; whoever wants the task (the active task
+opening here, a drill) leaves a release request and the standby closes its stores and lets
+the lock go within one poll (:meth:`StandbyTask.release_if_requested`), even in the middle
+of a long catch-up (checked after every applied batch). The standby itself never leaves a
+release request: it only takes a free lock (:meth:`TaskLock.try_acquire`).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from statekeeper.changelog.listeners import BaseRestoreListener
+from statekeeper.changelog.records import changelog_topic
+from statekeeper.changelog.restorer import ChangelogRestorer, RestoreJob
+from statekeeper.errors import StatekeeperError, StoreCorruptError
+from statekeeper.standby.listener import (
+    BaseStandbyUpdateListener,
+    StandbyUpdateListener,
+    SuspendReason,
+)
+from statekeeper.state.checkpoint import write_checkpoint
+from statekeeper.state.directory import TaskDirectory, TaskLock
+from statekeeper.stores.builders import AnyStore, StoreSpec, build_store
+
+log = logging.getLogger("statekeeper.standby")
+
+#: Records per RocksDB write while catching up; the release request is checked after each.
+STANDBY_BATCH_RECORDS = 10_000
+#: How long an update step waits for a busy task lock before skipping this round.
+LOCK_WAIT_S = 0.05
+
+#: Puts a store's files in place when the copy has none (e.g. the newest verified snapshot),
+#: as :data:`statekeeper.state.task_state_manager.StoreInstaller`.
+StoreInstaller = Callable[[StoreSpec, Path], Any]
+
+
+class UpdateResult(StrEnum):
+    """What one update step did."""
+
+    UPDATED = "updated"  # every store read to EOF and applied up to its last marker
+    BUSY = "busy"  # the task lock is held elsewhere (the active task, a drill): skipped
+    RELEASED = "released"  # somebody asked for the lock during the step: it was let go
+
+
+def standby_specs(specs: list[StoreSpec]) -> list[StoreSpec]:
+    """The stores a standby keeps: persistent and logged (in-memory stores are rebuilt from
+    the changelog by every open, so a copy of them would be thrown away)."""
+    return [s for s in specs if s.persistent and s.logging_enabled]
+
+
+@dataclass
+class StoreProgress:
+    """How far one store's copy is (changelog offsets)."""
+
+    store: str
+    topic: str
+    partition: int
+    #: Offset of the last commit marker applied to the copy (None: nothing applied yet).
+    applied_offset: int | None = None
+    batch_id: int | None = None
+    source_offsets: dict[str, int] = field(default_factory=dict)
+    #: The changelog's end (exclusive) as last seen: the broker's high watermark at the
+    #: step's start or one past the last marker read, whichever is further.
+    end_offset: int | None = None
+    #: Committed records not applied yet: 0 after a complete step; at a step's start the
+    #: distance to ``end_offset`` (an upper bound: it includes any uncommitted tail).
+    lag: int | None = None
+    #: Keys after the last marker at the last step (an uncommitted tail, not applied).
+    tail_keys: int = 0
+
+
+class _ReleaseRequested(Exception):
+    """Raised from the restore listener to stop a catch-up when the lock is wanted."""
+
+
+class _StepListener(BaseRestoreListener):
+    """Turns the restorer's callbacks during a step into standby progress and events."""
+
+    def __init__(self, task: StandbyTask) -> None:
+        self.task = task
+
+    def on_restore_start(self, partition, store, start_offset, end_offset) -> None:  # type: ignore[no-untyped-def]
+        progress = self.task.progress[store]
+        applied_end = 0 if progress.applied_offset is None else progress.applied_offset + 1
+        progress.end_offset = max(end_offset, applied_end, progress.end_offset or 0)
+        progress.lag = max(0, progress.end_offset - applied_end)
+
+    def on_batch_restored(self, partition, store, batch_end_offset, num_restored) -> None:  # type: ignore[no-untyped-def]
+        progress = self.task.progress[store]
+        progress.applied_offset = batch_end_offset
+        progress.end_offset = max(progress.end_offset or 0, batch_end_offset + 1)
+        progress.lag = max(0, progress.end_offset - batch_end_offset - 1)
+        self.task.listener.on_batch_loaded(
+            partition, store, batch_end_offset, num_restored, progress.end_offset
+        )
+        if self.task.release_requested():
+            raise _ReleaseRequested
+
+    def on_restore_reason(self, partition, store, reason) -> None:  # type: ignore[no-untyped-def]
+        log.warning(
+            "standby %s: store %s (%s[%d]): %s", self.task.task_id, store, *partition, reason
+        )
+
+
+class StandbyTask:
+    """A standby copy of one task's persistent, logged stores (see the module docstring).
+
+    Not thread-safe: one thread calls :meth:`update`, :meth:`release_if_requested` and
+    :meth:`suspend`; :meth:`status` may be read from any thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        application_id: str,
+        task_id: str,
+        partition: int,
+        specs: list[StoreSpec],
+        state_dir: Path,
+        consumer_config: dict[str, Any],
+        listener: StandbyUpdateListener | None = None,
+        timeout_s: float = 15.0,
+        lock_wait_s: float = LOCK_WAIT_S,
+        batch_records: int = STANDBY_BATCH_RECORDS,
+        installer: StoreInstaller | None = None,
+    ) -> None:
+        kept = standby_specs(specs)
+        if not kept:
+            raise StatekeeperError(
+                f"task {task_id}: no persistent logged store to keep a standby copy of "
+                f"(stores: {[s.name for s in specs]})"
+            )
+        self.application_id = application_id
+        self.task_id = task_id
+        self.partition = partition
+        self.specs = kept
+        self.task_dir = TaskDirectory(state_dir, application_id, task_id)
+        self.listener: StandbyUpdateListener = listener or BaseStandbyUpdateListener()
+        self.lock_wait_s = lock_wait_s
+        self.installer = installer
+        self._lock = TaskLock(self.task_dir, timeout_s=lock_wait_s)
+        self._restorer = ChangelogRestorer(
+            consumer_config,
+            batch_records=batch_records,
+            threads=1,
+            timeout_s=timeout_s,
+            listener=_StepListener(self),
+        )
+        self._stores: dict[str, AnyStore] = {}
+        self.progress: dict[str, StoreProgress] = {
+            s.name: StoreProgress(s.name, changelog_topic(application_id, s.name), partition)
+            for s in kept
+        }
+        self.started = False
+        self.suspended: SuspendReason | None = None
+        #: Epoch seconds of the last complete step (None: none yet).
+        self.last_update: float | None = None
+        #: Seconds the last complete step took, and the steps so far.
+        self.last_step_s: float | None = None
+        self.steps = 0
+        #: Seconds from the last release request (its file's mtime) to the lock being free.
+        self.last_release_s: float | None = None
+        self.releases = 0
+
+    # -- the lock --------------------------------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        """Whether this standby holds the task lock (and its stores are open)."""
+        return self._lock.held
+
+    def release_requested(self) -> bool:
+        return self._lock.held and self._lock.release_requested()
+
+    def release_if_requested(self) -> bool:
+        """Close the stores and free the lock if somebody waits for it; whether it did."""
+        if not self.release_requested():
+            return False
+        try:
+            asked = self.task_dir.release_request_file.stat().st_mtime
+        except OSError:
+            asked = None
+        self.release()
+        if asked is not None:
+            self.last_release_s = max(0.0, time.time() - asked)
+        self.releases += 1
+        log.info("standby %s: lock released on request", self.task_id)
+        return True
+
+    def release(self) -> None:
+        """Close the stores and free the task lock (the copy stays on disk)."""
+        for name, store in list(self._stores.items()):
+            try:
+                store.close()
+            except Exception:  # closing must not hide the original error
+                log.exception("standby %s: closing store %s failed", self.task_id, name)
+        self._stores.clear()
+        self._lock.release()
+
+    # -- updating --------------------------------------------------------------------------
+
+    def update(self) -> UpdateResult:
+        """One step: take the lock if free, apply each store's changelog up to its last
+        commit marker, write the ``.checkpoint`` file. Raises what the restore raises
+        (the lock is then released)."""
+        if self.suspended is not None:
+            raise StatekeeperError(f"standby {self.task_id} was suspended ({self.suspended})")
+        if not self._lock.try_acquire(self.lock_wait_s):
+            return UpdateResult.BUSY
+        started = time.perf_counter()
+        try:
+            if not self._stores:
+                self._open_stores()
+            before = {n: p.applied_offset for n, p in self.progress.items()}
+            for spec in self.specs:
+                if self.release_requested():
+                    raise _ReleaseRequested
+                self._update_store(spec)
+        except _ReleaseRequested:
+            if not self.release_if_requested():
+                self.release()  # the request went away meanwhile; the step ends all the same
+            return UpdateResult.RELEASED
+        except BaseException:
+            self.release()
+            raise
+        if before != {n: p.applied_offset for n, p in self.progress.items()}:
+            self._write_checkpoint_file()
+        self.last_step_s = time.perf_counter() - started
+        self.last_update = time.time()
+        self.steps += 1
+        return UpdateResult.UPDATED
+
+    def _open_stores(self) -> None:
+        for spec in self.specs:
+            path = self.task_dir.store_path(spec.name)
+            if not path.exists() and self.installer is not None:
+                self.installer(spec, path)
+            try:
+                store = build_store(spec, path, None)
+            except StoreCorruptError as exc:
+                # Invariant 4: the copy is ours to rebuild (an active open would wipe it too).
+                log.warning(
+                    "standby %s: corrupt copy of %s wiped: %s", self.task_id, spec.name, exc
+                )
+                shutil.rmtree(path, ignore_errors=True)
+                store = build_store(spec, path, None)
+            self._stores[spec.name] = store
+            meta = store.read_metadata()
+            progress = self.progress[spec.name]
+            progress.applied_offset = meta.changelog_offset
+            progress.batch_id = meta.batch_id
+            progress.source_offsets = dict(meta.source_offsets)
+        if not self.started:
+            self.started = True
+            for spec in self.specs:
+                progress = self.progress[spec.name]
+                start = 0 if progress.applied_offset is None else progress.applied_offset + 1
+                self.listener.on_update_start((progress.topic, self.partition), spec.name, start)
+
+    def _update_store(self, spec: StoreSpec) -> None:
+        store = self._stores[spec.name]
+        progress = self.progress[spec.name]
+        job = RestoreJob(
+            progress.topic,
+            self.partition,
+            store,
+            self.task_id,
+            full=False,  # no marker yet: the restorer reads from the start, wiping nothing
+            log_start_may_advance=spec.kind == "window",
+        )
+        outcome = self._restorer.restore(job)
+        store.finish_restore()  # drops expired windows; clears a read cache
+        meta = store.read_metadata()
+        progress.applied_offset = meta.changelog_offset
+        progress.batch_id = meta.batch_id
+        progress.source_offsets = dict(meta.source_offsets)
+        applied_end = 0 if meta.changelog_offset is None else meta.changelog_offset + 1
+        progress.end_offset = max(progress.end_offset or 0, applied_end)
+        progress.lag = 0
+        progress.tail_keys = len(outcome.tail)
+
+    def _write_checkpoint_file(self) -> None:
+        """The human-readable ``.checkpoint``, as an active task writes it after a commit."""
+        entries = {
+            name: {
+                "topic": p.topic,
+                "partition": self.partition,
+                "offset": p.applied_offset,
+                "batch_id": p.batch_id,
+                "source_offsets": p.source_offsets,
+            }
+            for name, p in self.progress.items()
+        }
+        write_checkpoint(self.task_dir.checkpoint_file, entries)
+
+    # -- stopping and reporting ------------------------------------------------------------
+
+    def suspend(self, reason: SuspendReason) -> None:
+        """Stop for good (promoted, migrated, closed): tell the listener, free the lock."""
+        self.release()
+        if self.suspended is not None:
+            return
+        self.suspended = reason
+        if not self.started:
+            return
+        for name, p in self.progress.items():
+            self.listener.on_update_suspended(
+                (p.topic, self.partition),
+                name,
+                -1 if p.applied_offset is None else p.applied_offset,
+                p.end_offset or 0,
+                reason,
+            )
+
+    def stores(self) -> dict[str, AnyStore]:
+        """The open stores (empty while the lock is not held); read them from the updating
+        thread only."""
+        return dict(self._stores)
+
+    def status(self) -> dict[str, Any]:
+        """Progress for reports: lag, applied offsets, end offsets, tails, timings."""
+        progress = [asdict(p) for p in self.progress.values()]
+        return {
+            "lag": {p["store"]: p["lag"] for p in progress},
+            "applied_offsets": {p["store"]: p["applied_offset"] for p in progress},
+            "end_offsets": {p["store"]: p["end_offset"] for p in progress},
+            "tail_keys": {p["store"]: p["tail_keys"] for p in progress},
+            "batch_id": {p["store"]: p["batch_id"] for p in progress},
+            "updated": self.last_update,
+            "last_step_ms": None if self.last_step_s is None else round(self.last_step_s * 1e3, 2),
+            "steps": self.steps,
+            "held": self.held,
+            "releases": self.releases,
+            "last_release_ms": None
+            if self.last_release_s is None
+            else round(self.last_release_s * 1e3, 2),
+        }
