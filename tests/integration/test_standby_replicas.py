@@ -231,7 +231,8 @@ def test_promotion_opens_on_the_standby_copy_and_replays_only_the_tail(
         def caught_up():
             marker = task.store("kv").read_metadata().changelog_offset
             doc = replicas.report().get(TASK, {})
-            return doc.get("applied_offsets", {}).get("kv") == marker and doc
+            done = doc.get("applied_offsets", {}).get("kv") == marker and doc.get("updated")
+            return done and doc.get("last_result") == "updated" and doc
 
         doc = _wait_for(caught_up, "the standby to catch up")
         assert doc["state"] == "running" and doc["lag"] == {"kv": 0} and doc["updated"]
@@ -329,3 +330,77 @@ def test_migrated_and_misconfigured_standbys(broker, tmp_path, topic_name):
     drained = replicas.drain_events()
     assert [e["event"] for e in drained][-1] == "update_suspended"
     assert replicas.drain_events() == []
+
+
+WINDOWED = [
+    *SPECS,
+    Stores.window("win", size_ms=1_000, retention_ms=3_600_000).with_serdes("str", "int"),
+]
+
+
+def test_a_catch_up_interrupted_by_a_release_request_leaves_a_marker_to_continue_from(
+    broker, tmp_path, topic_name
+):
+    env = StateEnvironment(_settings(broker, tmp_path / "a", topic_name))
+    env.ensure_changelogs(WINDOWED, 1)
+    rng = random.Random(5)
+    lock = TaskLock(TaskDirectory(tmp_path / "b", topic_name, TASK), timeout_s=10)
+    waiter = threading.Thread(target=lock.acquire)
+
+    class AskAtThirdBatch(BaseStandbyUpdateListener):
+        loaded = 0
+
+        def on_batch_loaded(self, *args) -> None:  # type: ignore[no-untyped-def]
+            AskAtThirdBatch.loaded += 1
+            if AskAtThirdBatch.loaded == 3:
+                waiter.start()  # its acquire leaves a release request, then waits
+                _wait_for(lock.release_requested, "the release request", 5)
+
+    standby = StandbyTask(
+        application_id=topic_name,
+        task_id=TASK,
+        partition=0,
+        specs=WINDOWED,
+        state_dir=tmp_path / "b",
+        consumer_config=consumer_config(broker.bootstrap_servers),
+        listener=AskAtThirdBatch(),
+        batch_records=500,
+    )
+    try:
+        with env.task(TASK, 0, WINDOWED) as task:
+            for batch in range(10):
+                keys = range(batch * 500, (batch + 1) * 500)
+                _commit(task, rng, keys, batch)  # kv + mem
+                win = task.store("win")
+                for i in keys:
+                    win.put(f"w{i % 50}", i, (i % 20) * 1_000)
+                task.commit(batch, {"in:0": batch + 1})
+            expected = {n: sorted(task.store(n).all()) for n in ("kv", "win")}
+            final = task.store("kv").read_metadata().changelog_offset
+
+        assert standby.update() is UpdateResult.RELEASED
+        waiter.join(5)
+        assert lock.held and not standby.held
+        applied = standby.progress["kv"].applied_offset
+        assert applied is not None and applied < final  # stopped at a marker midway
+        assert standby.status()["last_release_ms"] < 500
+        lock.release()
+
+        # The copy continues from that marker: first as the standby again...
+        assert standby.update() is UpdateResult.UPDATED
+        assert standby.progress["kv"].applied_offset == final
+        assert {n: sorted(s.all()) for n, s in standby.stores().items()} == expected
+        standby.suspend(SuspendReason.PROMOTED)
+
+        # ...and as the active task on this executor, which has nothing left to replay.
+        env_b = StateEnvironment(_settings(broker, tmp_path / "b", topic_name))
+        try:
+            with env_b.task(TASK, 0, WINDOWED) as promoted:
+                restored = {o.job.store.name: o.restored_records for o in promoted.restore_outcomes}
+                assert restored["kv"] == 0 and restored["win"] == 0
+                assert {n: sorted(promoted.store(n).all()) for n in ("kv", "win")} == expected
+        finally:
+            env_b.close()
+    finally:
+        standby.release()
+        env.close()

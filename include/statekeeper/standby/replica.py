@@ -47,6 +47,10 @@ log = logging.getLogger("statekeeper.standby")
 STANDBY_BATCH_RECORDS = 10_000
 #: How long an update step waits for a busy task lock before skipping this round.
 LOCK_WAIT_S = 0.05
+#: Records applied after which a step closes its stores (keeping the lock; the next step
+#: reopens them): closing writes RocksDB's memtable out, so a later hand-off, which must
+#: close the stores before the active task can open them, never waits for a large flush.
+CLOSE_AFTER_RECORDS = 20_000
 
 #: Puts a store's files in place when the copy has none (e.g. the newest verified snapshot),
 #: as :data:`statekeeper.state.task_state_manager.StoreInstaller`.
@@ -109,6 +113,7 @@ class _StepListener(BaseRestoreListener):
         progress.applied_offset = batch_end_offset
         progress.end_offset = max(progress.end_offset or 0, batch_end_offset + 1)
         progress.lag = max(0, progress.end_offset - batch_end_offset - 1)
+        self.task.unflushed_records += num_restored
         self.task.listener.on_batch_loaded(
             partition, store, batch_end_offset, num_restored, progress.end_offset
         )
@@ -180,6 +185,11 @@ class StandbyTask:
         #: Seconds from the last release request (its file's mtime) to the lock being free.
         self.last_release_s: float | None = None
         self.releases = 0
+        #: Records applied since the stores were opened: RocksDB holds them in its memtable
+        #: and writes them out when the store closes, which a hand-off would wait for.
+        self.unflushed_records = 0
+        #: What the last step did (None: no step yet).
+        self.last_result: UpdateResult | None = None
 
     # -- the lock --------------------------------------------------------------------------
 
@@ -208,13 +218,17 @@ class StandbyTask:
 
     def release(self) -> None:
         """Close the stores and free the task lock (the copy stays on disk)."""
+        self._close_stores()
+        self._lock.release()
+
+    def _close_stores(self) -> None:
         for name, store in list(self._stores.items()):
             try:
                 store.close()
             except Exception:  # closing must not hide the original error
                 log.exception("standby %s: closing store %s failed", self.task_id, name)
         self._stores.clear()
-        self._lock.release()
+        self.unflushed_records = 0
 
     # -- updating --------------------------------------------------------------------------
 
@@ -224,6 +238,10 @@ class StandbyTask:
         (the lock is then released)."""
         if self.suspended is not None:
             raise StatekeeperError(f"standby {self.task_id} was suspended ({self.suspended})")
+        self.last_result = self._update()
+        return self.last_result
+
+    def _update(self) -> UpdateResult:
         if not self._lock.try_acquire(self.lock_wait_s):
             return UpdateResult.BUSY
         started = time.perf_counter()
@@ -244,6 +262,8 @@ class StandbyTask:
             raise
         if before != {n: p.applied_offset for n, p in self.progress.items()}:
             self._write_checkpoint_file()
+        if self.unflushed_records >= CLOSE_AFTER_RECORDS:
+            self._close_stores()
         self.last_step_s = time.perf_counter() - started
         self.last_update = time.time()
         self.steps += 1
@@ -349,6 +369,7 @@ class StandbyTask:
             "last_step_ms": None if self.last_step_s is None else round(self.last_step_s * 1e3, 2),
             "steps": self.steps,
             "held": self.held,
+            "last_result": None if self.last_result is None else self.last_result.value,
             "releases": self.releases,
             "last_release_ms": None
             if self.last_release_s is None
