@@ -4,6 +4,7 @@ active in B replaying only what the standby had not applied yet."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -22,7 +23,7 @@ from statekeeper.standby.listener import (
     SuspendReason,
     replay_event,
 )
-from statekeeper.standby.replica import StandbyTask, UpdateResult
+from statekeeper.standby.replica import StandbyTask, StandbyUnavailableError, UpdateResult
 from statekeeper.standby.replicas import StandbyReplicas
 from statekeeper.state.directory import TaskDirectory, TaskLock
 from statekeeper.state.environment import StateEnvironment
@@ -221,9 +222,9 @@ def test_promotion_opens_on_the_standby_copy_and_replays_only_the_tail(
         task = env.task(TASK, 0, SPECS)
         task.open()
         total = 0
-        for batch in range(4):
-            _commit(task, rng, range(batch * 2_500, (batch + 1) * 2_500), batch)
-            total += 2_500
+        for batch in range(4):  # more than CLOSE_AFTER_RECORDS: the copy is closed, reopened
+            _commit(task, rng, range(batch * 6_000, (batch + 1) * 6_000), batch)
+            total += 6_000
         replicas.reconcile(
             Assignment(topic_name, 1, {TASK: TaskPlacement("1", ("2",)), "0_1": TaskPlacement("2")})
         )
@@ -237,6 +238,13 @@ def test_promotion_opens_on_the_standby_copy_and_replays_only_the_tail(
         doc = _wait_for(caught_up, "the standby to catch up")
         assert doc["state"] == "running" and doc["lag"] == {"kv": 0} and doc["updated"]
         assert "0_1" not in replicas.report()  # active here, never a standby
+        copy_dir = TaskDirectory(tmp_path / "b", topic_name, TASK).store_path("kv")
+        assert list(copy_dir.glob("*.sst"))  # the catch-up's memtable was written out
+        assert json.loads(json.dumps(replicas.report()))[TASK]["lag"] == {"kv": 0}
+        value, status = replicas.read(TASK, "kv", lambda kv: kv.get("k000001"))
+        assert value == task.store("kv").get("k000001") and status["lag"] == {"kv": 0}
+        with pytest.raises(StandbyUnavailableError, match="no standby of task 0_1"):
+            replicas.read("0_1", "kv", len)
 
         # Later commits are followed continuously.
         _commit(task, rng, range(0, 500), 4)
@@ -245,7 +253,7 @@ def test_promotion_opens_on_the_standby_copy_and_replays_only_the_tail(
 
         # The active executor dies after one more commit; the task opens on the standby's
         # executor: the open asks for the standby's lock and replays at most that commit.
-        _commit(task, rng, range(9_000, 9_400), 5)
+        _commit(task, rng, range(30_000, 30_400), 5)
         expected = _kv(task.store("kv"))
         task.close()
         env_b = StateEnvironment(settings_b)

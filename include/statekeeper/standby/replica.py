@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -92,6 +93,10 @@ class StoreProgress:
     tail_keys: int = 0
 
 
+class StandbyUnavailableError(StatekeeperError):
+    """The standby copy cannot be read right now."""
+
+
 class _ReleaseRequested(Exception):
     """Raised from the restore listener to stop a catch-up when the lock is wanted."""
 
@@ -129,8 +134,9 @@ class _StepListener(BaseRestoreListener):
 class StandbyTask:
     """A standby copy of one task's persistent, logged stores (see the module docstring).
 
-    Not thread-safe: one thread calls :meth:`update`, :meth:`release_if_requested` and
-    :meth:`suspend`; :meth:`status` may be read from any thread.
+    One thread (the updater) calls :meth:`update`, :meth:`release_if_requested` and
+    :meth:`suspend`; they run under :attr:`mutex`, which readers of the copy take too
+    (:meth:`read`); :meth:`status` may be read from any thread without it.
     """
 
     def __init__(
@@ -171,6 +177,8 @@ class StandbyTask:
             listener=_StepListener(self),
         )
         self._stores: dict[str, AnyStore] = {}
+        #: Held by every step, release and suspension, and by :meth:`read`.
+        self.mutex = threading.RLock()
         self.progress: dict[str, StoreProgress] = {
             s.name: StoreProgress(s.name, changelog_topic(application_id, s.name), partition)
             for s in kept
@@ -203,6 +211,10 @@ class StandbyTask:
 
     def release_if_requested(self) -> bool:
         """Close the stores and free the lock if somebody waits for it; whether it did."""
+        with self.mutex:
+            return self._release_if_requested()
+
+    def _release_if_requested(self) -> bool:
         if not self.release_requested():
             return False
         try:
@@ -218,8 +230,9 @@ class StandbyTask:
 
     def release(self) -> None:
         """Close the stores and free the task lock (the copy stays on disk)."""
-        self._close_stores()
-        self._lock.release()
+        with self.mutex:
+            self._close_stores()
+            self._lock.release()
 
     def _close_stores(self) -> None:
         for name, store in list(self._stores.items()):
@@ -238,7 +251,8 @@ class StandbyTask:
         (the lock is then released)."""
         if self.suspended is not None:
             raise StatekeeperError(f"standby {self.task_id} was suspended ({self.suspended})")
-        self.last_result = self._update()
+        with self.mutex:
+            self.last_result = self._update()
         return self.last_result
 
     def _update(self) -> UpdateResult:
@@ -264,6 +278,7 @@ class StandbyTask:
             self._write_checkpoint_file()
         if self.unflushed_records >= CLOSE_AFTER_RECORDS:
             self._close_stores()
+            self._open_stores()
         self.last_step_s = time.perf_counter() - started
         self.last_update = time.time()
         self.steps += 1
@@ -336,10 +351,11 @@ class StandbyTask:
 
     def suspend(self, reason: SuspendReason) -> None:
         """Stop for good (promoted, migrated, closed): tell the listener, free the lock."""
-        self.release()
-        if self.suspended is not None:
-            return
-        self.suspended = reason
+        with self.mutex:
+            self.release()
+            if self.suspended is not None:
+                return
+            self.suspended = reason
         if not self.started:
             return
         for name, p in self.progress.items():
@@ -352,9 +368,23 @@ class StandbyTask:
             )
 
     def stores(self) -> dict[str, AnyStore]:
-        """The open stores (empty while the lock is not held); read them from the updating
-        thread only."""
+        """The open stores (empty while the lock is not held); use them on the updater's
+        thread or under :attr:`mutex` (see :meth:`read`)."""
         return dict(self._stores)
+
+    def read(self, store_name: str, reader: Callable[[AnyStore], Any]) -> Any:
+        """``reader(store)`` on the copy of ``store_name`` (at its last applied commit
+        marker), between update steps. Raises :class:`StandbyUnavailableError` while the
+        copy is not open here (its lock is elsewhere, e.g. with the active task)."""
+        with self.mutex:
+            store = self._stores.get(store_name)
+            if store is None:
+                raise StandbyUnavailableError(
+                    f"standby copy of store {store_name!r} of task {self.task_id} is not open "
+                    f"here (stores: {[s.name for s in self.specs]}; the task lock is with "
+                    "another owner, or the standby has not run yet)"
+                )
+            return reader(store)
 
     def status(self) -> dict[str, Any]:
         """Progress for reports: lag, applied offsets, end offsets, tails, timings."""

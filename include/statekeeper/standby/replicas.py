@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,8 +30,13 @@ from statekeeper.standby.listener import (
     StandbyUpdateListener,
     SuspendReason,
 )
-from statekeeper.standby.replica import StandbyTask, UpdateResult, standby_specs
-from statekeeper.stores.builders import StoreSpec
+from statekeeper.standby.replica import (
+    StandbyTask,
+    StandbyUnavailableError,
+    UpdateResult,
+    standby_specs,
+)
+from statekeeper.stores.builders import AnyStore, StoreSpec
 
 log = logging.getLogger("statekeeper.standby")
 
@@ -157,6 +163,20 @@ class StandbyReplicas:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=self.settings.broker_timeout_s + 5)
+
+    def read(
+        self, task_id: str, store_name: str, reader: Callable[[AnyStore], Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """``reader(store)`` on this executor's standby copy of a task's store, with the
+        task's status (``lag``, ``applied_offsets``, ``updated``) at that moment (interactive
+        queries). Raises :class:`StandbyUnavailableError` when there is no open copy here."""
+        task = self.task(task_id)
+        if task is None:
+            raise StandbyUnavailableError(
+                f"executor {self.executor.executor_id} keeps no standby of task {task_id}"
+            )
+        with task.mutex:
+            return task.read(store_name, reader), task.status()
 
     def task(self, task_id: str) -> StandbyTask | None:
         """The standby of ``task_id`` (tests, the query server); None when there is none."""
