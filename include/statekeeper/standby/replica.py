@@ -64,6 +64,7 @@ class UpdateResult(StrEnum):
     UPDATED = "updated"  # every store read to EOF and applied up to its last marker
     BUSY = "busy"  # the task lock is held elsewhere (the active task, a drill): skipped
     RELEASED = "released"  # somebody asked for the lock during the step: it was let go
+    INTERRUPTED = "interrupted"  # the owner asked the step to end early (lock kept)
 
 
 def standby_specs(specs: list[StoreSpec]) -> list[StoreSpec]:
@@ -101,6 +102,10 @@ class _ReleaseRequested(Exception):
     """Raised from the restore listener to stop a catch-up when the lock is wanted."""
 
 
+class _Interrupted(Exception):
+    """Raised from the restore listener to stop a catch-up its owner no longer wants."""
+
+
 class _StepListener(BaseRestoreListener):
     """Turns the restorer's callbacks during a step into standby progress and events."""
 
@@ -124,6 +129,8 @@ class _StepListener(BaseRestoreListener):
         )
         if self.task.release_requested():
             raise _ReleaseRequested
+        if self.task.interrupt is not None and self.task.interrupt():
+            raise _Interrupted
 
     def on_restore_reason(self, partition, store, reason) -> None:  # type: ignore[no-untyped-def]
         log.warning(
@@ -153,7 +160,10 @@ class StandbyTask:
         lock_wait_s: float = LOCK_WAIT_S,
         batch_records: int = STANDBY_BATCH_RECORDS,
         installer: StoreInstaller | None = None,
+        interrupt: Callable[[], bool] | None = None,
     ) -> None:
+        """``interrupt``: asked after every applied batch; True ends a long catch-up early
+        (e.g. the assignment changed), keeping what was applied (a marker's worth at a time)."""
         kept = standby_specs(specs)
         if not kept:
             raise StatekeeperError(
@@ -168,6 +178,7 @@ class StandbyTask:
         self.listener: StandbyUpdateListener = listener or BaseStandbyUpdateListener()
         self.lock_wait_s = lock_wait_s
         self.installer = installer
+        self.interrupt = interrupt
         self._lock = TaskLock(self.task_dir, timeout_s=lock_wait_s)
         self._restorer = ChangelogRestorer(
             consumer_config,
@@ -267,6 +278,8 @@ class StandbyTask:
                 if self.release_requested():
                     raise _ReleaseRequested
                 self._update_store(spec)
+        except _Interrupted:
+            return UpdateResult.INTERRUPTED
         except _ReleaseRequested:
             if not self.release_if_requested():
                 self.release()  # the request went away meanwhile; the step ends all the same

@@ -253,6 +253,8 @@ class StandbyReplicas:
                 consumer_config=self._consumer_config,
                 listener=self.listener,
                 timeout_s=self.settings.broker_timeout_s,
+                # A long catch-up yields to a new assignment or to close().
+                interrupt=lambda: self._stop.is_set() or self._pending is not None,
             )
         except Exception as exc:
             log.warning("standby %s cannot start: %s", task_id, exc)
