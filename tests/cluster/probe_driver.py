@@ -59,7 +59,10 @@ def main(master: str, work: Path) -> None:
             raise SystemExit("two executors did not register within 60 s")
         time.sleep(0.2)
     seen = context.parallelize(range(8), 8).mapPartitions(who_am_i).collect()
-    print(json.dumps({"master": context.master, "workers": seen}), flush=True)
+    print(
+        json.dumps({"master": context.master, "app_name": context.appName, "workers": seen}),
+        flush=True,
+    )
     sys.stdin.readline()
     spark.stop()
 

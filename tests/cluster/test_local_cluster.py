@@ -153,6 +153,9 @@ def test_spark_master_setting_runs_the_app_on_the_cluster(
     """``StatekeeperApp._spark`` with ``spark_master=spark://...`` (what ``app run --set``
     does) must not fall back to local[*]: the job ran on the cluster's executors."""
     assert app_on_cluster["master"] == spark_cluster.master_url
+    assert app_on_cluster["app_name"] == "statekeeper-cluster-probe"  # not "pyspark-shell"
+    active = (spark_cluster.master_status() or {}).get("activeapps", [])
+    assert [app["name"] for app in active] == ["statekeeper-cluster-probe"]
     seen = app_on_cluster["workers"]
     assert {s["executor"] for s in seen} == {"0", "1"}
     cluster_pids = set(spark_cluster.processes())

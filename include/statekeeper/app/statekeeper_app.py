@@ -299,8 +299,8 @@ class StatekeeperApp:
         SparkContext._ensure_initialized()  # so SparkConf sees spark-submit's conf
         builder = SparkSession.builder
         existing = SparkConf()
-        if master is not None:
-            builder = builder.master(master)
+        if master is not None:  # this process launched the JVM: "pyspark-shell" is its name
+            builder = builder.master(master).appName(f"statekeeper-{self.app_id}")
         effective_master = self.spark_conf.get(
             "spark.master", master or existing.get("spark.master", "")
         )
