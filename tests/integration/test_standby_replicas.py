@@ -4,6 +4,7 @@ active in B replaying only what the standby had not applied yet."""
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import threading
@@ -17,6 +18,8 @@ from statekeeper.cluster.assignment import Assignment, TaskPlacement
 from statekeeper.cluster.executor import ExecutorIdentity
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.settings import load_settings
+from statekeeper.snapshots import SnapshotStorage, snapshot_task
+from statekeeper.snapshots.install import installer_for
 from statekeeper.standby.listener import (
     BaseStandbyUpdateListener,
     RecordingStandbyListener,
@@ -415,4 +418,39 @@ def test_a_catch_up_interrupted_by_a_release_request_leaves_a_marker_to_continue
             env_b.close()
     finally:
         standby.release()
+        env.close()
+
+
+def test_a_new_standby_installs_the_newest_snapshot_and_replays_only_the_tail(
+    broker, tmp_path, topic_name
+):
+    env = _active_env(broker, tmp_path, topic_name)
+    storage = SnapshotStorage((tmp_path / "snaps").as_uri(), topic_name)
+    settings_b = _settings(broker, tmp_path / "b", topic_name)
+    rng = random.Random(9)
+    replicas = StandbyReplicas(
+        settings_b,
+        tmp_path / "b",
+        ExecutorIdentity("2", "localhost", 0),
+        _Topology(),
+        installer_for=functools.partial(installer_for, settings_b, storage),
+    )
+    try:
+        with env.task(TASK, 0, SPECS) as task:
+            _commit(task, rng, range(3_000), 0)
+            snapshot_task(task, storage, tmp_path / "staging", stores=["kv"])
+            _commit(task, rng, range(100), 1)
+            expected = _kv(task.store("kv"))
+            marker = task.store("kv").read_metadata().changelog_offset
+        replicas.reconcile(Assignment(topic_name, 1, {TASK: TaskPlacement("1", ("2",))}))
+        _wait_for(
+            lambda: replicas.report().get(TASK, {}).get("applied_offsets") == {"kv": marker},
+            "the standby to catch up",
+        )
+        assert replicas.read(TASK, "kv", _kv)[0] == expected
+        events = [e for e in replicas.report()["events"] if e["store"] == "kv"]
+        assert events[0]["event"] == "update_start" and events[0]["starting_offset"] > 3_000
+        assert sum(e["batch_size"] for e in events if e["event"] == "batch_loaded") == 100
+    finally:
+        replicas.close()
         env.close()

@@ -385,11 +385,18 @@ class StandbyTask:
         thread or under :attr:`mutex` (see :meth:`read`)."""
         return dict(self._stores)
 
-    def read(self, store_name: str, reader: Callable[[AnyStore], Any]) -> Any:
+    def read(
+        self, store_name: str, reader: Callable[[AnyStore], Any], timeout_s: float = 1.0
+    ) -> Any:
         """``reader(store)`` on the copy of ``store_name`` (at its last applied commit
         marker), between update steps. Raises :class:`StandbyUnavailableError` while the
-        copy is not open here (its lock is elsewhere, e.g. with the active task)."""
-        with self.mutex:
+        copy is not open here (its lock is elsewhere, e.g. with the active task) or when a
+        step (a long catch-up) does not end within ``timeout_s``."""
+        if not self.mutex.acquire(timeout=timeout_s):
+            raise StandbyUnavailableError(
+                f"standby copy of task {self.task_id} is busy catching up (waited {timeout_s} s)"
+            )
+        try:
             store = self._stores.get(store_name)
             if store is None:
                 raise StandbyUnavailableError(
@@ -398,6 +405,8 @@ class StandbyTask:
                     "another owner, or the standby has not run yet)"
                 )
             return reader(store)
+        finally:
+            self.mutex.release()
 
     def status(self) -> dict[str, Any]:
         """Progress for reports: lag, applied offsets, end offsets, tails, timings."""

@@ -33,6 +33,7 @@ from statekeeper.standby.listener import (
 from statekeeper.standby.replica import (
     StandbyTask,
     StandbyUnavailableError,
+    StoreInstaller,
     UpdateResult,
     standby_specs,
 )
@@ -89,6 +90,10 @@ class StandbyReplicas:
         listeners: told of standby updates here, in the executor (the driver side replays
             the recorded events instead, see :meth:`report`).
         interval_s: seconds between two update steps of a task.
+        installer_for: ``(task_id, partition) -> installer`` putting a store's files in place
+            when the copy has none (the newest verified snapshot, e.g.
+            :func:`statekeeper.snapshots.install.installer_for` with settings and storage
+            bound), so a new standby replays only the changelog after the snapshot.
     """
 
     def __init__(
@@ -100,8 +105,10 @@ class StandbyReplicas:
         *,
         listeners: list[StandbyUpdateListener] | None = None,
         interval_s: float = DEFAULT_INTERVAL_S,
+        installer_for: Callable[[str, int], StoreInstaller | None] | None = None,
     ) -> None:
         self.settings = settings
+        self.installer_for = installer_for
         self.state_dir = Path(state_dir)
         self.executor = executor
         self.topology = topology
@@ -175,8 +182,8 @@ class StandbyReplicas:
             raise StandbyUnavailableError(
                 f"executor {self.executor.executor_id} keeps no standby of task {task_id}"
             )
-        with task.mutex:
-            return task.read(store_name, reader), task.status()
+        value = task.read(store_name, reader)
+        return value, task.status()
 
     def task(self, task_id: str) -> StandbyTask | None:
         """The standby of ``task_id`` (tests, the query server); None when there is none."""
@@ -255,6 +262,7 @@ class StandbyReplicas:
                 timeout_s=self.settings.broker_timeout_s,
                 # A long catch-up yields to a new assignment or to close().
                 interrupt=lambda: self._stop.is_set() or self._pending is not None,
+                installer=self.installer_for(task_id, partition) if self.installer_for else None,
             )
         except Exception as exc:
             log.warning("standby %s cannot start: %s", task_id, exc)
