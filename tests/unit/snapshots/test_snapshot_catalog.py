@@ -25,7 +25,9 @@ from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.memory import InMemoryKeyValueStore
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 
-NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+# Shared files' ages come from their real mtimes, so "now" must follow the real clock: a
+# fixed date failed once the clock passed it (files written "after now" are never pruned).
+NOW = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
 APP = "app"
 
 
