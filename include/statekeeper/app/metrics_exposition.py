@@ -29,6 +29,11 @@ Metrics and labels (``app`` on all of them):
   ``statekeeper_store_restore_records_per_second`` (the task's first open in this run;
   label ``source``: snapshot, changelog, local, ...),
   ``statekeeper_store_restore_progress_records`` (the restore running or last run);
+- placement (statekeeper.app.executor_placement): ``statekeeper_task_moves_total``
+  (``reason``: executor lost, not scheduled, to standby), ``statekeeper_task_restores_total``
+  (``cause``: start, moved, reopened; ``source``: snapshot, full replay, local state, ...),
+  ``statekeeper_stale_copies_closed_total``, ``statekeeper_standby_lag_records`` (task,
+  executor, store), ``statekeeper_executors`` (live executors);
 - snapshots: ``statekeeper_snapshot_age_seconds`` (task: since its newest snapshot, uploaded
   in this app run or found in the storage at start), ``statekeeper_snapshot_requests``
   (requests kept, by ``state``).
@@ -80,6 +85,7 @@ class StatusCollector:
         yield from _commit_metrics(app, tasks)
         yield from _store_metrics(app, tasks, doc.get("task_live") or {})
         yield from _snapshot_metrics(app, doc, self._clock())
+        yield from _placement_metrics(app, doc.get("placement") or {})
 
 
 class AppMetrics:
@@ -335,3 +341,43 @@ def _snapshot_metrics(app: str, doc: dict[str, Any], now: float) -> Iterator[Met
     for state, n in sorted(counts.items()):
         requests.add_metric([app, state], float(n))
     yield requests
+
+
+def _placement_metrics(app: str, placement: dict[str, Any]) -> Iterator[Metric]:
+    if not placement:
+        return
+    moves = CounterMetricFamily(
+        "statekeeper_task_moves", "Tasks moved to another executor", labels=["app", "reason"]
+    )
+    for reason, n in sorted((placement.get("moves_by_reason") or {}).items()):
+        moves.add_metric([app, reason], float(n))
+    yield moves
+    restores = CounterMetricFamily(
+        "statekeeper_task_restores",
+        "Store restores at a task's cold open, by cause and source",
+        labels=["app", "cause", "source"],
+    )
+    for item in placement.get("restores") or []:
+        restores.add_metric([app, str(item["cause"]), str(item["source"])], float(item["count"]))
+    yield restores
+    stale = CounterMetricFamily(
+        "statekeeper_stale_copies_closed",
+        "Open copies of tasks that had moved away, closed without being reused",
+        labels=["app"],
+    )
+    stale.add_metric([app], float(placement.get("stale_copies_closed") or 0))
+    yield stale
+    executors = GaugeMetricFamily("statekeeper_executors", "Live executors", labels=["app"])
+    executors.add_metric([app], float(len(placement.get("executors") or [])))
+    yield executors
+    lag = GaugeMetricFamily(
+        "statekeeper_standby_lag_records",
+        "Changelog records a standby copy is behind the last commit",
+        labels=["app", "task", "executor", "store"],
+    )
+    for task, by_executor in sorted((placement.get("standby_lag") or {}).items()):
+        for executor, info in sorted(by_executor.items()):
+            for store, records in sorted(((info or {}).get("lag") or {}).items()):
+                if (value := _num(records)) is not None:
+                    lag.add_metric([app, task, executor, store], value)
+    yield lag

@@ -25,11 +25,13 @@ from typing import Any
 
 from statekeeper.app.batch_planner import BatchPlanner
 from statekeeper.app.batch_stats import DEFAULT_WINDOW, BatchStats
+from statekeeper.app.executor_placement import ExecutorPlacement, alive_executors
 from statekeeper.app.lifecycle import AppState, AppStateMachine, StateListener
 from statekeeper.app.snapshot_requests import SnapshotRequests
 from statekeeper.app.status import StatusBoard, StatusServer
 from statekeeper.app.task_totals import TaskTotals
 from statekeeper.app.topics import TopicPlan, prepare_topics
+from statekeeper.cluster.executor import DRIVER_EXECUTOR_ID
 from statekeeper.errors import ConfigError, StatekeeperError
 from statekeeper.kafka.model import OffsetRange
 from statekeeper.processing.topology import task_id
@@ -41,14 +43,16 @@ from statekeeper.spark.checkpoint_log import (
 )
 from statekeeper.state.restore_progress import read_restore_progress
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
-from statekeeper.worker.task_runner import run_share, settings_to_json, spread_runs
+from statekeeper.worker.task_runner import ExecutorReport, run_share, settings_to_json
 
 log = logging.getLogger("statekeeper.app")
 
 LAG_REFRESH_S = 2.0  # how often the driver re-reads source end offsets for the status
 #: Passes over a batch's runs before giving up: a run claimed by a Spark task attempt that
 #: failed (and was retried elsewhere) reports nothing and is run again in the next pass.
-MAX_BATCH_PASSES = 3
+MAX_BATCH_PASSES = 5
+#: Pause before another pass (an executor that was just lost leaves Spark's list meanwhile).
+PASS_RETRY_WAIT_S = 0.2
 #: A graceful stop waits this long for snapshots still uploading.
 SNAPSHOT_STOP_WAIT_S = 60.0
 
@@ -98,7 +102,8 @@ class StatekeeperApp:
         self._task_totals = TaskTotals()  # commits and store operations, per task
         self._last_batch_end = 0.0
         self._started = time.time()
-        self._opened: set[str] = set()
+        self._opened: set[tuple[str, str]] = set()  # (task, executor) opened in this run
+        self.placement = ExecutorPlacement(settings)
         self.planner = BatchPlanner(
             CheckpointBatchLog(self.checkpoint),
             subtopology_of=self._subtopology_of,
@@ -135,6 +140,11 @@ class StatekeeperApp:
         listener over Py4J, which cost the driver JVM ~0.1 s of CPU per progress event
         (measured on a trivial query)."""
         return list(self._query.recentProgress) if self._query is not None else []
+
+    def add_standby_listener(self, listener: Any) -> None:
+        """A :class:`~statekeeper.standby.listener.StandbyUpdateListener`: called on the driver
+        with the standby events (update start, batch loaded, suspended) executors report."""
+        self.placement.add_standby_listener(listener)
 
     def add_state_listener(self, listener: StateListener) -> None:
         self.machine.add_listener(listener)
@@ -491,11 +501,12 @@ class StatekeeperApp:
             self._publish_snapshots()
         for result in results:
             self._task_totals.add(result)
-            if result.task_id not in self._opened and not result.warm:
-                # The first open of a task in this run is the restore that matters (later
-                # opens replay only the previous batch's markers). It may be the commit-only
-                # run that replays lost batches before the query starts.
-                self._opened.add(result.task_id)
+            opened_at = (result.task_id, result.executor_id)
+            if opened_at not in self._opened and not result.warm:
+                # The first open of a task in this run on each executor is the restore that
+                # matters (later opens there replay only the previous batch's markers). It may
+                # be the commit-only run that replays lost batches before the query starts.
+                self._opened.add(opened_at)
                 self.board.update_task(result.task_id, restore=result.restored)
             self.board.update_task(
                 result.task_id,
@@ -505,31 +516,64 @@ class StatekeeperApp:
             )
 
     def _execute(self, spark: Any, runs: list[TaskRun]) -> list[TaskRunResult]:
+        """Run ``runs`` on the executors: each placed where its state is
+        (:mod:`statekeeper.app.executor_placement`); runs that no Spark task took (their
+        executor got no Spark task, or was lost) go again in another pass, moved away from
+        that executor from the third pass on, or at once when it is gone."""
         if not runs:
             return []
         topology, settings_json = self.topology, self._settings_json
         sc = spark.sparkContext
         results: list[TaskRunResult] = []
         todo = runs
-        for _attempt in range(MAX_BATCH_PASSES):
-            shares = spread_runs(todo, sc.defaultParallelism)
+        avoid: dict[str, str] = {}
+        for attempt in range(MAX_BATCH_PASSES):
+            alive = alive_executors(sc)
+            placed, assignment = self.placement.place(todo, alive, avoid)
+            shares = self.placement.shares(placed, alive, sc.defaultParallelism)
+            # On a cluster every core gets a Spark task, so every executor gets some: a
+            # Spark task runs only runs placed on the executor it landed on.
+            slices = len(shares) if alive == [DRIVER_EXECUTOR_ID] else sc.defaultParallelism
+            slices = max(slices, len(shares), 1)
             job = uuid.uuid4().hex  # one pass over the batch's runs; claims are per pass
-            results += (
-                sc.parallelize(range(len(shares)), len(shares))
+            placement_json = assignment.to_json()
+            out = (
+                sc.parallelize(range(slices), slices)
                 .flatMap(
-                    lambda index, s=shares, j=job: run_share(index, s, j, topology, settings_json)
+                    lambda index, s=shares, j=job, a=placement_json: run_share(
+                        index, s, j, topology, settings_json, a
+                    )
                 )
                 .collect()
             )
+            self.placement.note_reports([o for o in out if isinstance(o, ExecutorReport)])
+            ran_now = [o for o in out if isinstance(o, TaskRunResult)]
+            self.placement.note_results(ran_now)
+            results += ran_now
             ran = Counter(result.task_id for result in results)
             if any(n > 1 for n in ran.values()):
                 raise StatekeeperError(
                     f"batch {runs[0].batch_id}: a task ran twice ({dict(ran)}); not committed"
                 )
-            # A task claimed by a worker that then failed reports nothing: run it again.
+            # A task claimed by a worker that then failed, or placed on an executor that got
+            # no Spark task, reports nothing: run it again.
             todo = [r for r in runs if r.task_id not in ran]
             if not todo:
                 return results
+            still = set(alive_executors(sc))
+            for run in placed:
+                if run.task_id in ran or run.executor is None:
+                    continue
+                if attempt >= 1 or run.executor not in still:
+                    avoid[run.task_id] = run.executor
+            log.warning(
+                "batch %d pass %d: %d task(s) did not run (%s); running them again",
+                runs[0].batch_id,
+                attempt + 1,
+                len(todo),
+                ", ".join(f"{r.task_id}@{r.executor}" for r in placed if r.task_id not in ran),
+            )
+            time.sleep(PASS_RETRY_WAIT_S)
         raise StatekeeperError(
             f"batch {runs[0].batch_id}: tasks {[r.task_id for r in todo]} did not run after "
             f"{MAX_BATCH_PASSES} passes; the batch is not committed and runs again"
@@ -546,6 +590,7 @@ class StatekeeperApp:
             self.board.update_task(
                 result.task_id,
                 worker_pid=result.worker_pid,
+                executor=result.executor_id,
                 warm=result.warm,
                 last_batch_id=result.batch_id,
                 store_entries_approx=result.store_entries_approx,
@@ -677,4 +722,5 @@ class StatekeeperApp:
                 "restore_progress": read_restore_progress(state_root / tid),
             }
         out["task_live"] = tasks
+        out["placement"] = self.placement.status()
         return out

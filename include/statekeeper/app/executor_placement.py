@@ -1,0 +1,179 @@
+"""The driver's side of running on several executors: which executors are alive, where each
+task runs this batch (:class:`~statekeeper.cluster.placement.TaskPlacementRegistry`), the
+shares each executor's Spark tasks take, and what the executors report back (task moves,
+restores by cause, standby lag and events, query endpoints).
+
+In local mode Spark has one executor (``driver``) and this is a no-op in effect: every task
+is placed there, epoch 1, for the app's lifetime.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from statekeeper.cluster.assignment import Assignment, ExecutorEndpoint
+from statekeeper.cluster.executor import DRIVER_EXECUTOR_ID
+from statekeeper.cluster.placement import TaskPlacementRegistry
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.worker.task_run import TaskRun, TaskRunResult
+from statekeeper.worker.task_runner import ExecutorReport, spread_runs
+
+log = logging.getLogger("statekeeper.app")
+
+
+def alive_executors(spark_context: Any) -> list[str]:
+    """Spark's live executor ids (``["driver"]`` in local mode, which has no other)."""
+    ids = str(spark_context._jsc.sc().getExecutorIds().mkString(",")).strip()
+    alive = sorted((i for i in ids.split(",") if i), key=lambda i: (len(i), i))
+    return alive or [DRIVER_EXECUTOR_ID]
+
+
+class ExecutorPlacement:
+    """Placement decisions and executor reports for one app run."""
+
+    def __init__(self, settings: StatekeeperSettings) -> None:
+        self.registry = TaskPlacementRegistry(
+            settings.application_id, settings.num_standby_replicas
+        )
+        self._last_ran: dict[str, str] = {}  # task -> executor of its last run (this app run)
+        self.restores: Counter[tuple[str, str]] = Counter()  # (cause, source) -> count
+        self.restored_records: Counter[str] = Counter()  # cause -> records replayed
+        self.stale_copies = 0
+        self.reports: dict[str, dict[str, Any]] = {}
+        self._event_listeners: list[Any] = []
+        self.standby_events: list[dict[str, Any]] = []
+
+    def place(
+        self, runs: list[TaskRun], alive: list[str], avoid: dict[str, str] | None = None
+    ) -> tuple[list[TaskRun], Assignment]:
+        """``runs`` tagged with their executor and epoch, and the assignment they follow."""
+        assignment = self.registry.plan((r.task_id for r in runs), alive, avoid=avoid)
+        placed = [
+            replace(
+                r, executor=assignment.active_of(r.task_id), epoch=assignment.epoch_of(r.task_id)
+            )
+            for r in runs
+        ]
+        return placed, assignment
+
+    @staticmethod
+    def shares(runs: list[TaskRun], alive: list[str], parallelism: int) -> list[list[TaskRun]]:
+        """One share per core of each executor (about), each with runs placed there only."""
+        slots = max(1, parallelism // max(1, len(alive)))
+        shares: list[list[TaskRun]] = []
+        for executor in alive:
+            mine = [r for r in runs if r.executor == executor]
+            if mine:
+                shares += spread_runs(mine, slots)
+        return shares
+
+    def note_results(self, results: list[TaskRunResult]) -> None:
+        """Task moves the executors saw, and every cold open's restores by cause."""
+        for result in results:
+            previous = self._last_ran.get(result.task_id)
+            executor = result.executor_id or DRIVER_EXECUTOR_ID
+            self._last_ran[result.task_id] = executor
+            if result.stale_copy:
+                self.stale_copies += 1
+            if result.warm or not result.restored:
+                continue
+            cause = "start" if previous is None else "moved" if previous != executor else "reopened"
+            for restore in result.restored:
+                self.restores[(cause, str(restore.get("source", "?")))] += 1
+                self.restored_records[cause] += int(restore.get("records") or 0)
+            if cause == "moved":
+                log.info(
+                    "task %s moved from executor %s to %s: restored %s",
+                    result.task_id,
+                    previous,
+                    executor,
+                    [(r.get("store"), r.get("source"), r.get("records")) for r in result.restored],
+                )
+
+    def note_reports(self, reports: list[ExecutorReport]) -> None:
+        """Executors' services reports: query endpoints go into the next assignment; standby
+        events go to the app's standby listeners."""
+        for item in reports:
+            previous = self.reports.get(item.executor_id, {})
+            self.reports[item.executor_id] = item.report
+            query = item.report.get("query") or {}
+            if query.get("port") is not None:
+                self.registry.note_endpoint(
+                    ExecutorEndpoint(
+                        item.executor_id, query.get("host") or item.host, int(query["port"])
+                    )
+                )
+            events = (item.report.get("standbys") or {}).get("events") or []
+            seen = {_event_key(e) for e in (previous.get("standbys") or {}).get("events") or []}
+            for event in events:
+                if _event_key(event) in seen:
+                    continue
+                event = {**event, "executor": item.executor_id}
+                self.standby_events.append(event)
+                del self.standby_events[:-500]
+                for listener in self._event_listeners:
+                    _deliver(listener, event)
+
+    def add_standby_listener(self, listener: Any) -> None:
+        """A :class:`~statekeeper.standby.listener.StandbyUpdateListener` (or anything with
+        its methods): called on the driver with the events executors report."""
+        self._event_listeners.append(listener)
+
+    def standby_lag(self) -> dict[str, dict[str, Any]]:
+        """Per task, the standby copies' lag by executor."""
+        out: dict[str, dict[str, Any]] = {}
+        for executor, report in sorted(self.reports.items()):
+            for task, info in ((report.get("standbys") or {}).get("tasks") or {}).items():
+                out.setdefault(task, {})[executor] = info
+        return out
+
+    def status(self) -> dict[str, Any]:
+        return {
+            **self.registry.status(),
+            "restores": [
+                {"cause": cause, "source": source, "count": n}
+                for (cause, source), n in sorted(self.restores.items())
+            ],
+            "restored_records": dict(self.restored_records),
+            "stale_copies_closed": self.stale_copies,
+            "standby_lag": self.standby_lag(),
+            "executor_reports": self.reports,
+        }
+
+
+def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
+    return (event.get("seq"), event.get("at"), event.get("event"), event.get("task"))
+
+
+def _deliver(listener: Any, event: dict[str, Any]) -> None:
+    name = str(event.get("event", ""))
+    method = getattr(listener, name, None)
+    if method is None:
+        return
+    try:
+        args = {k: v for k, v in event.items() if k in _EVENT_ARGS.get(name, ())}
+        method(**args)
+    except Exception:  # a listener's failure must not stop processing
+        log.exception("standby listener %r failed on %s", listener, name)
+
+
+_EVENT_ARGS = {
+    "on_update_start": ("topic_partition", "store_name", "starting_offset"),
+    "on_batch_loaded": (
+        "topic_partition",
+        "store_name",
+        "batch_end_offset",
+        "batch_size",
+        "current_end_offset",
+    ),
+    "on_update_suspended": (
+        "topic_partition",
+        "store_name",
+        "store_offset",
+        "current_end_offset",
+        "reason",
+    ),
+}
