@@ -7,12 +7,14 @@ executors through the worker JVM's environment (:data:`EXECUTOR_STATE_DIR_ENV`; 
 their Python workers inherit it). Workers also hand executors this interpreter
 (``PYSPARK_PYTHON``) and ``include/`` on ``PYTHONPATH``, so Python workers import statekeeper.
 
-Every process runs in its own session: its process group holds the worker JVM, the executor
-JVMs it forks and their Python daemons and workers, so :meth:`LocalSparkCluster.kill_worker`
-takes a whole "host" down with one ``killpg``. Every process also carries
-:data:`CLUSTER_MARKER_ENV` (``<base>/master`` or ``<base>/worker-<i>``) in its environment,
-which children inherit: one that started a session of its own is still found through
-``/proc/<pid>/environ``.
+The master and every worker run in a session (and process group) of their own; a worker's
+group holds the worker JVM and the executor JVMs it forks. The executors' pyspark daemons do
+not stay in it: ``pyspark/daemon.py`` calls ``os.setpgid(0, 0)``, so the daemon and its
+forked Python workers form a group of their own (in the worker's session). Every process
+therefore carries :data:`CLUSTER_MARKER_ENV` (``<base>/master`` or ``<base>/worker-<i>``) in
+its environment, which children inherit, and :meth:`LocalSparkCluster.kill_worker` and
+:meth:`~LocalSparkCluster.stop` signal the recorded groups and every process found with the
+marker in ``/proc/<pid>/environ``: a whole "host" goes down, Python workers included.
 
 ``<base>/cluster.json`` records pids with their start times (``/proc/<pid>/stat``; a pid
 whose start time differs is another process and is never signalled), ports and directories,
@@ -25,7 +27,7 @@ import contextlib
 import importlib.util
 import json
 import os
-import signal
+import signal as signals
 import socket
 import subprocess
 import sys
@@ -401,17 +403,18 @@ class LocalSparkCluster:
             raise ClusterError(f"no worker {index}: the cluster has {len(self._workers)}")
         return self._workers[index]
 
-    def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> list[int]:
-        """Send ``sig`` to worker ``index``'s whole process group (the worker JVM, its
-        executors and their Python processes) and to its marked processes elsewhere; with
+    def kill_worker(self, index: int, signal: int = signals.SIGKILL) -> list[int]:
+        """Send ``signal`` to worker ``index``'s process group (the worker JVM and its
+        executor JVMs) and to every process carrying its marker (the executors' pyspark
+        daemons and Python workers, which pyspark puts in a process group of their own); with
         SIGKILL, wait until they are gone. Returns the pids signalled."""
         victims = self.worker_processes(index)
         worker = self._worker(index)
         if worker.alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(worker.pid, sig)
-        _signal_pids(victims, sig)
-        if sig == signal.SIGKILL:
+                os.killpg(worker.pid, signal)
+        _signal_pids(victims, signal)
+        if signal == signals.SIGKILL:
             _wait_gone(victims, self.config.stop_timeout_s)
         return victims
 
@@ -440,16 +443,16 @@ class LocalSparkCluster:
         for proc in [*self._workers, *([self.master] if self.master else [])]:
             if proc.alive():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        _signal_pids(found, signal.SIGTERM)
+                    os.killpg(proc.pid, signals.SIGTERM)
+        _signal_pids(found, signals.SIGTERM)
         left = _wait_gone(found, self.config.stop_timeout_s)
         if left:
-            _signal_pids(left, signal.SIGKILL)
+            _signal_pids(left, signals.SIGKILL)
             _wait_gone(left, 5.0)
         # Whatever started meanwhile (an executor forked during the stop).
         late = self.processes()
         if late:
-            _signal_pids(late, signal.SIGKILL)
+            _signal_pids(late, signals.SIGKILL)
             _wait_gone(late, 5.0)
         self._write_state(stopped=True)
         return sorted(set(left) | set(late))
