@@ -1,8 +1,9 @@
 """A real Spark standalone cluster on 127.0.0.1 for the cluster tests: 2 workers x 1 core.
 
 Module-scoped: a module that uses ``spark_cluster`` gets its own cluster (the master and
-each worker are a JVM of ~0.3-0.5 GB; executors add one per app and worker), always
-stopped after the module. Mark such modules ``pytest.mark.xdist_group("spark_cluster")``.
+each worker are a JVM of ~0.22 GB resident; an app adds an executor JVM of ~0.26 GB and a
+pyspark daemon per worker), always stopped after the module. Mark such modules
+``pytest.mark.xdist_group("spark_cluster")``.
 """
 
 from __future__ import annotations

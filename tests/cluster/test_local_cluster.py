@@ -257,17 +257,20 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_start_status_stop(tmp_path: Path) -> None:
     base = str(tmp_path / "cluster")
-    started = _cli("start", "--workers", "1", "--memory", "1g", "--dir", base, "--json")
+    started = _cli("start", "--workers", "1", "--memory", "1g", "--dir", base)
     try:
         assert started.returncode == 0, started.stderr
-        up = json.loads(started.stdout)
-        assert up["running"] and up["alive_workers"] == 1
-        assert up["master_url"].startswith("spark://127.0.0.1:")
-        pids = [up["master_pid"], up["workers"][0]["pid"]]
+        assert "statekeeper app run SPEC --set spark_master=spark://127.0.0.1:" in started.stdout
 
         status = _cli("status", "--dir", base, "--json")
         assert status.returncode == 0, status.stderr
-        assert json.loads(status.stdout)["master_url"] == up["master_url"]
+        up = json.loads(status.stdout)
+        assert up["running"] and up["alive_workers"] == 1
+        assert f"--set spark_master={up['master_url']}" in started.stdout
+        pids = [up["master_pid"], up["workers"][0]["pid"]]
+
+        again = _cli("start", "--dir", base, "--json")
+        assert again.returncode == 2 and "still runs" in again.stderr, again.stderr
 
         stopped = _cli("stop", "--dir", base, "--json")
         assert stopped.returncode == 0, stopped.stderr
