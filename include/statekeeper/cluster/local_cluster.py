@@ -293,9 +293,11 @@ class LocalSparkCluster:
 
     def _wait_for_master(self) -> None:
         assert self.master is not None
+        # A worker that registers with a master not yet ALIVE (still STANDBY) is told so and
+        # retries only 5-15 s later: start workers once the master says ALIVE.
         self._wait(
-            lambda: self._master_json() is not None,
-            f"master's web UI {self.master_webui_url}/json/ to answer",
+            lambda: (self._master_json() or {}).get("status") == "ALIVE",
+            f"the master ALIVE at {self.master_webui_url}/json/",
             [self.master],
         )
 
