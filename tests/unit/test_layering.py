@@ -44,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     # Snapshots sit beside the runtime: the worker takes and installs them, ops lists them.
     "snapshots": _FLOORS_BELOW_PROCESSING,
     "worker": _RUNTIME | {"spark", "snapshots", "cluster", "standby", "query"},
-    "app": _RUNTIME | {"spark", "worker", "snapshots", "cluster"},
+    "app": _RUNTIME | {"spark", "worker", "snapshots", "cluster", "standby"},
     "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster"},
     "airflow": _RUNTIME | {"spark", "worker", "app", "ops", "snapshots", "procfs", "cluster"},
     # The embedded platform runs Airflow and the broker as processes; it imports neither.

@@ -18,10 +18,14 @@ from statekeeper.cluster.assignment import Assignment, ExecutorEndpoint
 from statekeeper.cluster.executor import DRIVER_EXECUTOR_ID
 from statekeeper.cluster.placement import TaskPlacementRegistry
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.standby.listener import replay_event
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
 from statekeeper.worker.task_runner import ExecutorReport, spread_runs
 
 log = logging.getLogger("statekeeper.app")
+
+#: Standby events the driver keeps (the status document shows the newest 50).
+STANDBY_EVENTS_KEPT = 500
 
 
 def alive_executors(spark_context: Any) -> list[str]:
@@ -45,6 +49,7 @@ class ExecutorPlacement:
         self.reports: dict[str, dict[str, Any]] = {}
         self._event_listeners: list[Any] = []
         self.standby_events: list[dict[str, Any]] = []
+        self._seen_seq: dict[str, int] = {}  # recorder stream -> newest event seq replayed
 
     def place(
         self, runs: list[TaskRun], alive: list[str], avoid: dict[str, str] | None = None
@@ -97,7 +102,6 @@ class ExecutorPlacement:
         """Executors' services reports: query endpoints go into the next assignment; standby
         events go to the app's standby listeners."""
         for item in reports:
-            previous = self.reports.get(item.executor_id, {})
             self.reports[item.executor_id] = item.report
             query = item.report.get("query") or {}
             if query.get("port") is not None:
@@ -107,15 +111,19 @@ class ExecutorPlacement:
                     )
                 )
             events = (item.report.get("standbys") or {}).get("events") or []
-            seen = {_event_key(e) for e in (previous.get("standbys") or {}).get("events") or []}
             for event in events:
-                if _event_key(event) in seen:
-                    continue
+                key = (str(event.get("stream")), int(event.get("seq", -1)))
+                if self._seen_seq.get(key[0], -1) >= key[1]:
+                    continue  # seen in an earlier report
+                self._seen_seq[key[0]] = key[1]
                 event = {**event, "executor": item.executor_id}
                 self.standby_events.append(event)
-                del self.standby_events[:-500]
+                del self.standby_events[:-STANDBY_EVENTS_KEPT]
                 for listener in self._event_listeners:
-                    _deliver(listener, event)
+                    try:
+                        replay_event(event, listener)
+                    except Exception:  # a listener's failure must not stop processing
+                        log.exception("standby listener %r failed on %s", listener, event)
 
     def add_standby_listener(self, listener: Any) -> None:
         """A :class:`~statekeeper.standby.listener.StandbyUpdateListener` (or anything with
@@ -126,8 +134,12 @@ class ExecutorPlacement:
         """Per task, the standby copies' lag by executor."""
         out: dict[str, dict[str, Any]] = {}
         for executor, report in sorted(self.reports.items()):
-            for task, info in ((report.get("standbys") or {}).get("tasks") or {}).items():
-                out.setdefault(task, {})[executor] = info
+            for task, info in (report.get("standbys") or {}).items():
+                if task != "events" and isinstance(info, dict):
+                    out.setdefault(task, {})[executor] = {
+                        k: info.get(k)
+                        for k in ("state", "lag", "applied_offsets", "updated", "error")
+                    }
         return out
 
     def status(self) -> dict[str, Any]:
@@ -140,40 +152,8 @@ class ExecutorPlacement:
             "restored_records": dict(self.restored_records),
             "stale_copies_closed": self.stale_copies,
             "standby_lag": self.standby_lag(),
-            "executor_reports": self.reports,
+            "standby_events": self.standby_events[-50:],
+            "executor_reports": {
+                e: {k: v for k, v in r.items() if k != "standbys"} for e, r in self.reports.items()
+            },
         }
-
-
-def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
-    return (event.get("seq"), event.get("at"), event.get("event"), event.get("task"))
-
-
-def _deliver(listener: Any, event: dict[str, Any]) -> None:
-    name = str(event.get("event", ""))
-    method = getattr(listener, name, None)
-    if method is None:
-        return
-    try:
-        args = {k: v for k, v in event.items() if k in _EVENT_ARGS.get(name, ())}
-        method(**args)
-    except Exception:  # a listener's failure must not stop processing
-        log.exception("standby listener %r failed on %s", listener, name)
-
-
-_EVENT_ARGS = {
-    "on_update_start": ("topic_partition", "store_name", "starting_offset"),
-    "on_batch_loaded": (
-        "topic_partition",
-        "store_name",
-        "batch_end_offset",
-        "batch_size",
-        "current_end_offset",
-    ),
-    "on_update_suspended": (
-        "topic_partition",
-        "store_name",
-        "store_offset",
-        "current_end_offset",
-        "reason",
-    ),
-}
