@@ -160,7 +160,7 @@ class QueryServer:
         self.host, self.port = self._httpd.server_address[:2]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            kwargs={"poll_interval": 0.05},
             name="statekeeper-query-server",
             daemon=True,
         )
