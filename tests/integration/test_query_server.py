@@ -90,6 +90,23 @@ def test_answers_follow_the_tasks_commits_and_its_restores(broker, tmp_path, top
                 [(changelog_topic(topic_name, "counts"), 0)],
             )
             assert body["changelog_offset"] == next(iter(ends.values())) - 1
+
+            # As a standby no component reports on, the lag is the changelog's records after
+            # the copy's marker: here an attempt's records that no marker closed yet.
+            server.reconcile(
+                Assignment(
+                    topic_name,
+                    2,
+                    {"0_0": TaskPlacement("2", ("1",))},
+                    {"1": ExecutorEndpoint("1", "127.0.0.1", server.port)},
+                )
+            )
+            for key in KEYS[:5]:
+                env.writer.send(changelog_topic(topic_name, "counts"), 0, key.encode(), b"x")
+            env.writer.flush(10)
+            body = client.get("counts", "k0007")
+            assert body["source"] == "standby" and body["lag"] == 5 and body["value"] == 15
+            assert client.get_answer("counts", "k0007", fresh=True).status == 503
         finally:
             task.close()
 

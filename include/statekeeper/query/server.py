@@ -33,8 +33,10 @@ Which copy answers, and the status codes:
 - this executor runs the key's task (per the assignment) and the task directory has a
   committed copy: ``200`` with ``"source": "active", "lag": 0``;
 - this executor keeps a standby of the task: ``200`` with ``"source": "standby", "lag": N``
-  (N changelog records behind, from ``standby_lag``; null when unknown); with ``fresh=true``
-  a standby answers ``503`` with the metadata and the lag;
+  (N changelog records behind: from ``standby_lag`` when the standby component reports the
+  task, else the changelog's end vs the copy's marker offset (:mod:`statekeeper.query.lag`);
+  null when neither is known); with ``fresh=true`` a standby answers ``503`` with the
+  metadata and the lag;
 - the task is this executor's but has no committed copy yet (the active is restoring or
   down, or the standby has not built its copy): ``503`` with the metadata;
 - this executor holds nothing of the key's task: ``421 Misdirected Request`` with the
@@ -66,6 +68,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from statekeeper.changelog.records import changelog_topic
 from statekeeper.cluster.assignment import Assignment
 from statekeeper.cluster.executor import ExecutorIdentity
 from statekeeper.processing.topology import task_id as make_task_id
@@ -83,6 +86,7 @@ from statekeeper.query.codec import (
     parse_int,
 )
 from statekeeper.query.copies import CopyReader, CopyUnavailableError, StoreCopy
+from statekeeper.query.lag import ChangelogLag
 from statekeeper.query.locate import (
     KeyQueryMetadata,
     StoreEntry,
@@ -151,6 +155,9 @@ class QueryServer:
         self._copies: dict[tuple[str, str], StoreCopy] = {}
         self._copies_lock = threading.Lock()
         self._scratch = Path(tempfile.mkdtemp(prefix="statekeeper-query-"))
+        self._changelog_lag = ChangelogLag(
+            settings.bootstrap_servers, timeout_s=min(2.0, settings.broker_timeout_s)
+        )
         self.requests = 0
         self.errors = 0
         self._httpd = ThreadingHTTPServer(
@@ -213,6 +220,7 @@ class QueryServer:
             self._copies.clear()
         for copy in copies:
             copy.close()
+        self._changelog_lag.close()
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     # -- what this executor holds ----------------------------------------------------------
@@ -278,6 +286,12 @@ class QueryServer:
         if active and lag is None:
             return _Held(task, "active", 0, copy)
         # A standby, or an active whose standby still updates the copy (promotion pending).
+        if lag is None and entry.spec.logging_enabled:
+            lag = self._changelog_lag.lag(
+                changelog_topic(self.settings.application_id, entry.spec.name),
+                int(task.rsplit("_", 1)[1]),
+                copy.state.changelog_offset,
+            )
         return _Held(task, "standby", lag, copy)
 
     def _key_route(
