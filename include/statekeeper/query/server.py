@@ -164,7 +164,9 @@ class QueryServer:
             (settings.query_host, settings.query_port), _handler_for(self)
         )
         self._httpd.daemon_threads = True
-        self.host, self.port = self._httpd.server_address[:2]
+        bound_host, self.port = self._httpd.server_address[:2]
+        # A wildcard bind is no address to call: other executors use the executor's host.
+        self.host = executor.host if bound_host in ("0.0.0.0", "::", "") else bound_host
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -628,6 +630,9 @@ def _handler_for(server: QueryServer) -> type[BaseHTTPRequestHandler]:
         # Headers and body go out in two writes; with Nagle on, the body waits for the
         # client's delayed ACK (~40 ms per answer, measured: 21 gets/s instead of ~2,000).
         disable_nagle_algorithm = True
+        # An idle kept-alive connection holds a thread: closed after this many seconds
+        # (QueryClient reconnects once when it finds its connection closed).
+        timeout = 60
 
         def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
             started = time.perf_counter()

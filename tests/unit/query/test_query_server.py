@@ -443,6 +443,19 @@ def test_a_wiped_and_rebuilt_store_is_reopened(cluster: Cluster) -> None:
     assert body["batch_id"] == 9 and body["value"] == 42
 
 
+def test_a_reopened_primary_is_followed(cluster: Cluster) -> None:
+    """The task closes and opens its store again (a new WAL and MANIFEST) and commits."""
+    user = users_of("0_0")[0]
+    client = cluster.client("1")
+    assert client.get("counts", user)["batch_id"] == 5
+    for batch in (6, 7):
+        write_task(cluster.state_dirs["1"], "0_0", batch, value_offset=batch)
+        body = client.get("counts", user)
+        assert body["batch_id"] == batch and body["value"] == USERS.index(user) + batch
+    window = client.window("clicks", user, from_ms=3_000, to_ms=3_000)
+    assert window["batch_id"] == 7 and window["windows"][0]["value"] == USERS.index(user) + 3_007
+
+
 def _spec_path(state_dir: Path, task: str, spec: StoreSpec) -> Path:
     return TaskDirectory(state_dir, APP, task).store_path(spec.name)
 
