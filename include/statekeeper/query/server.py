@@ -243,8 +243,8 @@ class QueryServer:
             )
         if not entry.queryable:
             raise BadQueryError(
-                f"store {store!r} is {entry.spec.kind} (in memory): its entries live only in "
-                "the task's process; only persistent stores can be queried"
+                f"store {store!r} is an in-memory store ({entry.spec.kind}): its entries live "
+                "only in the task's process; only persistent stores can be queried"
             )
         return entry
 
@@ -644,6 +644,9 @@ def _handler_for(server: QueryServer) -> type[BaseHTTPRequestHandler]:
             except BadQueryError as exc:
                 status = HTTPStatus(exc.status)
                 body = {"error": str(exc), "status": exc.status, **exc.details}
+            except CopyUnavailableError as exc:  # closed by a new assignment mid-request
+                status = HTTPStatus.SERVICE_UNAVAILABLE
+                body = {"error": f"{exc}; ask again", "status": 503}
             except Exception as exc:  # an answer, never a dropped connection
                 log.exception("query %s failed", self.path)
                 server.errors += 1

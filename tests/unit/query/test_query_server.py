@@ -266,6 +266,18 @@ def test_an_active_whose_standby_still_updates_the_copy_answers_as_a_standby(
     assert cluster.client("2").get("counts", user)["source"] == "active"
 
 
+def test_a_task_moved_away_closes_its_view_and_answers_421(cluster: Cluster) -> None:
+    user = users_of("0_0")[0]
+    client = cluster.client("1")
+    assert client.get("counts", user)["executor"] == "1"
+    assert cluster.servers["1"].report()["views"] >= 1
+    cluster.assign({"0_0": TaskPlacement("2"), "0_1": TaskPlacement("2")}, version=4)
+    assert cluster.servers["1"].report()["views"] == 0
+    assert client.request("/stores/counts/get", {"key": user}).status == 421
+    followed = client.get("counts", user)  # executor 2's copy (its standby copy, batch 4)
+    assert followed["executor"] == "2" and followed["batch_id"] == 4
+
+
 # -- scans -----------------------------------------------------------------------------------
 
 
@@ -384,7 +396,7 @@ BAD_REQUESTS = [
     ("/stores/clicks/get", {"key": "a"}, 400, "window store"),
     ("/stores/clicks/range", {}, 400, "window store"),
     ("/stores/counts/window", {"key": "a"}, 400, "use get, range or prefix"),
-    ("/stores/mem/get", {"key": "a"}, 400, "in memory"),
+    ("/stores/mem/get", {"key": "a"}, 400, "in-memory store"),
 ]
 
 
