@@ -4,7 +4,9 @@ One task with one RocksDB store commits on the embedded broker (state dir A); a 
 a copy in state dir B. Measures, in one run:
   catch_up_rps          the standby's first update, from an empty copy
   idle_step_ms/_cpu_ms  one update step when nothing was committed (wall, CPU of this process)
-  commit_step_ms        one step after a commit of --commit-records records
+  idle_cpu_pct          CPU of this process while an idle standby holds its consumer open
+  applying_step_ms      the step that applies a commit of --commit-records records
+  commit_to_copy_ms     a commit returning to the standby's copy holding it (steps every 2 ms)
   reopen_step_ms        the alternative: a read-only task opened and closed per step
   release_ms            release request (its file's mtime) to the standby's lock being free
   promoted_open_ms      the task opening as active in B on the standby's copy (replays
@@ -37,7 +39,7 @@ SPECS = [Stores.persistent("kv").with_serdes("str", "bytes")]
 
 
 def _median_ms(samples: list[float]) -> float:
-    return round(statistics.median(samples) * 1e3, 2)
+    return round(statistics.median(samples) * 1e3, 3)
 
 
 def main() -> None:
@@ -92,18 +94,29 @@ def main() -> None:
             standby.update()
             walls.append(time.perf_counter() - started)
         result["idle_step_ms"] = _median_ms(walls)
-        result["idle_step_cpu_ms"] = round((time.process_time() - cpu0) / args.steps * 1e3, 2)
+        result["idle_step_cpu_ms"] = round((time.process_time() - cpu0) / args.steps * 1e3, 3)
+        cpu0 = time.process_time()
+        time.sleep(3)
+        result["idle_cpu_pct"] = round((time.process_time() - cpu0) / 3 * 100, 2)
 
-        walls = []
+        walls, lags = [], []
         for _ in range(args.steps):
             keys = [rng.randrange(args.records) for _ in range(args.commit_records)]
             active.store("kv").put_all([(f"k{i:08d}", rng.randbytes(100)) for i in keys])
             active.commit(next_batch, {"in:0": next_batch + 1})
             next_batch += 1
-            started = time.perf_counter()
-            standby.update()
-            walls.append(time.perf_counter() - started)
-        result["commit_step_ms"] = _median_ms(walls)
+            marker = active.store("kv").read_metadata().changelog_offset
+            committed = time.perf_counter()
+            while True:
+                started = time.perf_counter()
+                standby.update()
+                if standby.progress["kv"].applied_offset == marker:
+                    walls.append(time.perf_counter() - started)  # the step that applied it
+                    break
+                time.sleep(0.002)
+            lags.append(time.perf_counter() - committed)
+        result["applying_step_ms"] = _median_ms(walls)
+        result["commit_to_copy_ms"] = _median_ms(lags)
 
         standby.release()
         reader = StateEnvironment(settings("b"), read_only=True)

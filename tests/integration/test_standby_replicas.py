@@ -78,6 +78,22 @@ def _standby(broker, tmp_path: Path, app: str, listener, **kw) -> StandbyTask:
     )
 
 
+def _wait_for(predicate, what: str, timeout_s: float = 15):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _update_until(standby: StandbyTask, done, what: str):
+    """Update steps until ``done()``: after its first step a standby takes what its
+    consumer has fetched so far, so a commit shows up within a step or two."""
+    return _wait_for(lambda: standby.update() is UpdateResult.UPDATED and done(), what)
+
+
 class _LagWatcher(BaseStandbyUpdateListener):
     """Reads the standby's lag as each batch is loaded."""
 
@@ -140,21 +156,22 @@ def test_standby_follows_commits_skips_the_uncommitted_tail_and_yields_its_lock(
             env.writer.send(topic, 0, f"new{i}".encode(), b"uncommitted")
         env.writer.flush(10)
         committed = _kv(copy)
-        assert standby.update() is UpdateResult.UPDATED
+        _update_until(standby, lambda: standby.progress["kv"].tail_keys == 50, "the tail read")
         assert _kv(copy) == committed
         assert standby.progress["kv"].applied_offset == marker
-        assert standby.progress["kv"].tail_keys == 50
+        assert standby.status()["lag"] == {"kv": 0}
 
         # The owner reopens (reverting the tail) and commits again; the standby follows.
         # While the standby holds the lock, the owner's open asks for it and gets it.
         task = env.task(TASK, 0, SPECS)
         task.open()  # dir A: no contention with the standby in dir B
-        _commit(task, rng, range(100, 400), 5)
-        assert standby.update() is UpdateResult.UPDATED
-        assert _kv(copy) == _kv(task.store("kv"))
-        assert standby.progress["kv"].applied_offset == (
-            task.store("kv").read_metadata().changelog_offset
+        _commit(task, rng, range(100, 400), 5, deletes=range(10))  # tombstones, read on
+        marker = task.store("kv").read_metadata().changelog_offset
+        _update_until(
+            standby, lambda: standby.progress["kv"].applied_offset == marker, "the next commit"
         )
+        assert _kv(copy) == _kv(task.store("kv")) and "k000003" not in _kv(copy)
+        assert standby.progress["kv"].tail_keys == 0  # the revert and its marker closed it
         checkpoint = TaskDirectory(tmp_path / "b", topic_name, TASK).checkpoint_file
         assert f"{topic} 0 {standby.progress['kv'].applied_offset}" in checkpoint.read_text()
 
@@ -199,16 +216,6 @@ class _Topology:
     def store_specs(self, subtopology_id: int):
         assert subtopology_id == 0
         return SPECS
-
-
-def _wait_for(predicate, what: str, timeout_s: float = 15):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_promotion_opens_on_the_standby_copy_and_replays_only_the_tail(
@@ -273,7 +280,7 @@ def test_promotion_opens_on_the_standby_copy_and_replays_only_the_tail(
             assert not kv.full and kv.restored_records <= 400
             assert _kv(promoted.store("kv")) == expected
             assert promoted.last_batch_id == 5
-            assert open_s < 2.0
+            assert open_s < 5.0  # ~0.1 s measured; bounded by the lock wait, not lock_timeout_s
 
             replicas.reconcile(Assignment(topic_name, 2, {TASK: TaskPlacement("2", ("1",))}))
             doc = _wait_for(
@@ -282,7 +289,7 @@ def test_promotion_opens_on_the_standby_copy_and_replays_only_the_tail(
             )
             assert doc["reason"] == "promoted"
             print(f"hand-off: lock freed {doc['last_release_ms']} ms after the request")
-            assert doc["releases"] >= 1 and doc["last_release_ms"] < 500
+            assert doc["releases"] >= 1 and doc["last_release_ms"] < 1_000
         finally:
             promoted.close()
     finally:
@@ -398,7 +405,7 @@ def test_a_catch_up_interrupted_by_a_release_request_leaves_a_marker_to_continue
         assert lock.held and not standby.held
         applied = standby.progress["kv"].applied_offset
         assert first < applied < final  # stopped at a marker midway
-        assert standby.status()["last_release_ms"] < 500
+        assert standby.status()["last_release_ms"] < 1_000
         lock.release()
 
         # The copy continues from that marker: first as the standby again...

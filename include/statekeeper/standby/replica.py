@@ -6,15 +6,18 @@ metadata (marker offset, source offsets, batch id, written atomically with the d
 restorer): when the task becomes active here, its normal open finds the copy checkpointed at
 a marker and replays only the records after it. That is the whole hand-off.
 
-An update step is a restore from the copy's marker (:class:`ChangelogRestorer`, the path an
-active open takes): it reads each store's changelog partition to EOF and applies what the
-last commit marker closes, never the records after it (an uncommitted tail may yet be
-reverted). Between steps the task keeps its lock and its stores open, so a step on an idle
-changelog costs one fetch round trip per store; whoever wants the task (the active task
-opening here, a drill) leaves a release request and the standby closes its stores and lets
-the lock go within one poll (:meth:`StandbyTask.release_if_requested`), even in the middle
-of a long catch-up (checked after every applied batch). The standby itself never leaves a
-release request: it only takes a free lock (:meth:`TaskLock.try_acquire`).
+The first update step after taking the lock is a restore from the copy's marker
+(:class:`ChangelogRestorer`, the path an active open takes, which also checks the marker
+against the changelog and rebuilds an inconsistent copy): it reads each store's changelog
+partition to EOF and applies what the last commit marker closes, never the records after it
+(an uncommitted tail may yet be reverted). Later steps read on from there with a consumer
+kept open (:class:`~statekeeper.standby.tail.ChangelogTail`), so the tail after the last
+marker is read once, not at every step. Between steps the task keeps its lock, stores and
+consumer, so a step on an idle changelog costs well under a millisecond; whoever wants the
+task (the active task opening here, a drill) leaves a release request and the standby
+closes its stores and lets the lock go within one poll (:meth:`StandbyTask.release_if_requested`),
+even in the middle of a long catch-up (checked after every applied batch). The standby itself
+never leaves a release request: it only takes a free lock (:meth:`TaskLock.try_acquire`).
 """
 
 from __future__ import annotations
@@ -38,8 +41,10 @@ from statekeeper.standby.listener import (
     StandbyUpdateListener,
     SuspendReason,
 )
+from statekeeper.standby.tail import ChangelogTail
 from statekeeper.state.checkpoint import write_checkpoint
 from statekeeper.state.directory import TaskDirectory, TaskLock
+from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.builders import AnyStore, StoreSpec, build_store
 
 log = logging.getLogger("statekeeper.standby")
@@ -84,11 +89,13 @@ class StoreProgress:
     applied_offset: int | None = None
     batch_id: int | None = None
     source_offsets: dict[str, int] = field(default_factory=dict)
-    #: The changelog's end (exclusive) as last seen: the broker's high watermark at the
-    #: step's start or one past the last marker read, whichever is further.
+    #: The changelog's end (exclusive) as last seen: the broker's high watermark (as its last
+    #: fetch response or the restore's start reported it) or one past the last marker read,
+    #: whichever is further. Some brokers report a watermark that trails the log end.
     end_offset: int | None = None
-    #: Committed records not applied yet: 0 after a complete step; at a step's start the
-    #: distance to ``end_offset`` (an upper bound: it includes any uncommitted tail).
+    #: Records of the changelog the copy has not read yet (``end_offset`` minus the read
+    #: position); 0 when caught up. Records read after the last marker are not applied
+    #: but not lag either: they are an uncommitted tail (``tail_keys``).
     lag: int | None = None
     #: Keys after the last marker at the last step (an uncommitted tail, not applied).
     tail_keys: int = 0
@@ -188,6 +195,12 @@ class StandbyTask:
             listener=_StepListener(self),
         )
         self._stores: dict[str, AnyStore] = {}
+        self._consumer_config = dict(consumer_config)
+        self._batch_records = batch_records
+        self._step_listener = self._restorer.listener
+        # Reads on from the copy's markers once the first step restored them (None: the next
+        # step restores first); only valid while the lock has been held since it was made.
+        self._tail: ChangelogTail | None = None
         #: Held by every step, release and suspension, and by :meth:`read`.
         self.mutex = threading.RLock()
         self.progress: dict[str, StoreProgress] = {
@@ -244,6 +257,15 @@ class StandbyTask:
         with self.mutex:
             self._close_stores()
             self._lock.release()
+            self._drop_tail()  # after the lock: closing a consumer can take a while
+
+    def _drop_tail(self) -> None:
+        if self._tail is not None:
+            tail, self._tail = self._tail, None
+            try:
+                tail.close()
+            except Exception:
+                log.exception("standby %s: closing the changelog consumer failed", self.task_id)
 
     def _close_stores(self) -> None:
         for name, store in list(self._stores.items()):
@@ -274,11 +296,17 @@ class StandbyTask:
             if not self._stores:
                 self._open_stores()
             before = {n: p.applied_offset for n, p in self.progress.items()}
-            for spec in self.specs:
-                if self.release_requested():
-                    raise _ReleaseRequested
-                self._update_store(spec)
+            if self._tail is None:
+                # First step since the lock was taken: restore from the copy's marker (the
+                # restorer checks it against the changelog), then read on from there.
+                for spec in self.specs:
+                    if self.release_requested():
+                        raise _ReleaseRequested
+                    self._update_store(spec)
+                self._tail = self._open_tail()
+            self._read_tail(self._tail)
         except _Interrupted:
+            self._drop_tail()  # stopped mid-read: the next step starts from the markers
             return UpdateResult.INTERRUPTED
         except _ReleaseRequested:
             if not self.release_if_requested():
@@ -292,6 +320,8 @@ class StandbyTask:
         if self.unflushed_records >= CLOSE_AFTER_RECORDS:
             self._close_stores()
             self._open_stores()
+            if self._tail is not None:
+                self._tail.set_stores(self._stores_by_partition())
         self.last_step_s = time.perf_counter() - started
         self.last_update = time.time()
         self.steps += 1
@@ -345,6 +375,46 @@ class StandbyTask:
         progress.end_offset = max(progress.end_offset or 0, applied_end)
         progress.lag = 0
         progress.tail_keys = len(outcome.tail)
+
+    def _stores_by_partition(self) -> dict[tuple[str, int], AnyStore]:
+        return {(p.topic, self.partition): self._stores[n] for n, p in self.progress.items()}
+
+    def _open_tail(self) -> ChangelogTail:
+        starts = {
+            (p.topic, self.partition): None if p.applied_offset is None else p.applied_offset + 1
+            for p in self.progress.values()
+        }
+        return ChangelogTail(
+            self._consumer_config,
+            self._stores_by_partition(),
+            starts,
+            batch_records=self._batch_records,
+            on_applied=self._tail_applied,
+        )
+
+    def _tail_applied(self, tp: tuple[str, int], meta: StoreMetadata, records: int) -> None:
+        name = next(n for n, p in self.progress.items() if p.topic == tp[0])
+        progress = self.progress[name]
+        progress.batch_id = meta.batch_id
+        progress.source_offsets = dict(meta.source_offsets)
+        # Progress, the batch-loaded event, and the release/interrupt checks (may raise).
+        self._step_listener.on_batch_restored(tp, name, meta.changelog_offset, records)
+
+    def _read_tail(self, tail: ChangelogTail) -> None:
+        """Apply what is new in the changelogs, then record where each store stands."""
+        before = {n: p.applied_offset for n, p in self.progress.items()}
+        highs = tail.read()
+        for name, progress in self.progress.items():
+            tp = (progress.topic, self.partition)
+            high = highs[tp]
+            if high is not None:
+                progress.end_offset = max(high, progress.end_offset or 0)
+            unread = tail.unread(tp, high)
+            if unread is not None:
+                progress.lag = unread
+            progress.tail_keys = tail.uncommitted_keys(tp)
+            if progress.applied_offset != before[name]:
+                self._stores[name].finish_restore()  # drops expired windows
 
     def _write_checkpoint_file(self) -> None:
         """The human-readable ``.checkpoint``, as an active task writes it after a commit."""

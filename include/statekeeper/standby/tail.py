@@ -1,0 +1,186 @@
+"""Reading a task's changelog partitions on, step after step, with one consumer kept open.
+
+A standby's first step restores each store with the restorer (which verifies the copy's
+marker against the changelog and rebuilds an inconsistent copy); after that, re-reading from
+the marker every step would re-read the whole uncommitted tail each time (a task commits every
+``commit_interval_ms``, so under load that tail grows to seconds of records). A
+:class:`ChangelogTail` instead keeps a consumer assigned past what it has read and remembers
+the records after the last marker: each :meth:`ChangelogTail.read` takes only what is new,
+applies what a marker closes in the store's restore format (records and marker metadata in one
+write, as the restorer does), and keeps the rest for a later marker.
+
+A step never waits: it takes what the consumer's background fetcher has queued (asking the
+broker for offsets would queue behind the fetcher's long poll on the same connection, and
+``consume()`` waits its whole timeout for a full chunk), so it costs well under a millisecond
+when nothing changed, and a commit reaches the copy within a fetch or two. It is not a read to
+EOF (invariant 5 binds restores, and an active task's open still does one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import groupby
+from operator import methodcaller
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+from statekeeper.changelog.records import MARKER_KEY, CommitMarker
+from statekeeper.errors import BrokerUnavailableError, ChangelogCorruptError
+from statekeeper.kafka.partition_reader import TP, assign_at, eof_consumer
+from statekeeper.stores.base import StoreMetadata
+
+#: Records per consume() call.
+CHUNK = 20_000
+#: The broker may hold an empty fetch this long: an idle tail must not poll it every 10 ms
+#: (a new commit reaches the copy at most this much later on a broker that holds fetches).
+FETCH_WAIT_MS = 100
+
+_key = methodcaller("key")
+_value = methodcaller("value")
+
+
+def _tp(msg: Any) -> TP:
+    return msg.topic(), msg.partition()
+
+
+#: Called after each write with (partition, the marker's metadata, records applied); it may
+#: raise to end the step (the tail is then unusable and must be closed).
+OnApplied = Callable[[TP, StoreMetadata, int], None]
+
+
+class _Partition:
+    """One store's changelog partition: where the read is, and what waits for a marker."""
+
+    def __init__(self, store: Any, start: int | None) -> None:
+        self.store = store
+        self.position = 0 if start is None else start
+        self.uncommitted: dict[bytes, bytes | None] = {}
+        self.uncommitted_count = 0  # records (not keys) behind `uncommitted`
+        self.closed: dict[bytes, bytes | None] = {}
+        self.closed_count = 0
+        self.meta: StoreMetadata | None = None
+
+
+class ChangelogTail:
+    """Reads store changelog partitions (one topic each, one partition number) from given
+    offsets on (see the module docstring).
+
+    Args:
+        consumer_config: base consumer settings (an EOF consumer is made from them).
+        stores: per changelog partition, the open store its records go to.
+        starts: per partition, the first offset to read (one past the copy's marker; None:
+            from the beginning, the copy has no marker yet).
+        batch_records: keys per store write.
+        on_applied: see :data:`OnApplied`.
+    """
+
+    def __init__(
+        self,
+        consumer_config: dict[str, Any],
+        stores: dict[TP, Any],
+        starts: dict[TP, int | None],
+        *,
+        batch_records: int,
+        on_applied: OnApplied,
+    ) -> None:
+        self._parts = {tp: _Partition(stores[tp], starts.get(tp)) for tp in stores}
+        self._batch_records = batch_records
+        self._on_applied = on_applied
+        self._consumer = eof_consumer(
+            consumer_config, "standby", **{"fetch.wait.max.ms": FETCH_WAIT_MS}
+        )
+        assign_at(
+            self._consumer,
+            {tp: OFFSET_BEGINNING if starts.get(tp) is None else starts[tp] for tp in stores},
+        )
+
+    def set_stores(self, stores: dict[TP, Any]) -> None:
+        """Write to these (reopened) stores from now on."""
+        for tp, part in self._parts.items():
+            part.store = stores[tp]
+
+    def uncommitted_keys(self, tp: TP) -> int:
+        """Keys read after the last marker of ``tp`` (not applied)."""
+        return len(self._parts[tp].uncommitted)
+
+    def read(self) -> dict[TP, int | None]:
+        """Apply what the consumer has fetched so far (never waiting: the next step takes
+        the rest); returns each partition's high watermark as the last fetch reported it
+        (None before the first)."""
+        while msgs := self._consumer.consume(CHUNK, 0):
+            self._take(msgs)
+        for tp, part in self._parts.items():
+            self._write(tp, part)
+        highs: dict[TP, int | None] = {}
+        for tp in self._parts:
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+            highs[tp] = high if high >= 0 else None
+        return highs
+
+    def unread(self, tp: TP, high: int | None) -> int | None:
+        """Records of ``tp`` below ``high`` not read yet (None: ``high`` unknown)."""
+        return None if high is None else max(0, high - self._parts[tp].position)
+
+    def _take(self, msgs: list[Any]) -> None:
+        for tp, run in groupby(msgs, key=_tp):
+            records = list(run)
+            part = self._parts.get(tp)
+            keys = list(map(_key, records))
+            if None in keys:
+                records, keys = self._without_events(tp, records, keys)
+            if part is None or not records:
+                continue
+            self._split(tp, part, records, keys)
+
+    @staticmethod
+    def _without_events(tp: TP, records: list[Any], keys: list[Any]) -> tuple[list, list]:
+        kept, kept_keys = [], []
+        for msg, key in zip(records, keys, strict=True):
+            err = msg.error()
+            if err is None and key is not None:
+                kept.append(msg)
+                kept_keys.append(key)
+            elif err is None:
+                raise ChangelogCorruptError(
+                    f"changelog {tp[0]}[{tp[1]}] offset {msg.offset()} has a null key; changelog "
+                    "records always carry the store key"
+                )
+            elif err.code() != KafkaError._PARTITION_EOF:
+                raise BrokerUnavailableError(f"standby: reading {tp[0]}[{tp[1]}]: {err.str()}")
+        return kept, kept_keys
+
+    def _split(self, tp: TP, part: _Partition, records: list[Any], keys: list[bytes]) -> None:
+        """Sort records into closed (a marker follows) and uncommitted, as the restorer does:
+        values are absolute (invariant 1), so the last one per key is all that matters."""
+        values = list(map(_value, records))
+        start = 0
+        while True:
+            try:
+                idx = keys.index(MARKER_KEY, start)
+            except ValueError:
+                break
+            part.uncommitted.update(zip(keys[start:idx], values[start:idx], strict=True))
+            part.closed.update(part.uncommitted)
+            part.closed_count += part.uncommitted_count + idx - start
+            part.uncommitted, part.uncommitted_count = {}, 0
+            offset = records[idx].offset()
+            marker = CommitMarker.decode(values[idx], where=f"{tp[0]}[{tp[1]}] offset {offset}")
+            part.meta = StoreMetadata(offset, marker.batch_id, marker.source_offsets)
+            start = idx + 1
+            if len(part.closed) >= self._batch_records:
+                self._write(tp, part)
+        part.uncommitted.update(zip(keys[start:], values[start:], strict=True))
+        part.uncommitted_count += len(keys) - start
+        part.position = records[-1].offset() + 1
+
+    def _write(self, tp: TP, part: _Partition) -> None:
+        if part.meta is None:
+            return
+        meta, count = part.meta, part.closed_count
+        part.store.restore_batch(list(part.closed.items()), meta)
+        part.closed, part.closed_count, part.meta = {}, 0, None
+        self._on_applied(tp, meta, count)
+
+    def close(self) -> None:
+        self._consumer.close()
