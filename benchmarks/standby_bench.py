@@ -7,6 +7,8 @@ a copy in state dir B. Measures, in one run:
   idle_cpu_pct          CPU of this process while an idle standby holds its consumer open
   applying_step_ms      the step that applies a commit of --commit-records records
   commit_to_copy_ms     a commit returning to the standby's copy holding it (steps every 2 ms)
+  follow_behind_ms      after a writer's last commit (--follow-records in 5k-record commits,
+                        written at follow_write_rps), until the copy holds it (steps every 0.25 s)
   reopen_step_ms        the alternative: a read-only task opened and closed per step
   release_ms            release request (its file's mtime) to the standby's lock being free
   promoted_open_ms      the task opening as active in B on the standby's copy (replays
@@ -47,6 +49,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--commit-records", type=int, default=1_000)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--follow-records", type=int, default=200_000)
     args = parser.parse_args()
     rng = random.Random(1)
     result: dict[str, object] = {
@@ -117,6 +120,32 @@ def main() -> None:
             lags.append(time.perf_counter() - committed)
         result["applying_step_ms"] = _median_ms(walls)
         result["commit_to_copy_ms"] = _median_ms(lags)
+
+        # Following a busy writer: a thread steps the standby every 0.25 s (as StandbyReplicas
+        # does) while the task commits --follow-records in 5k-record commits.
+        stop = threading.Event()
+
+        def follow() -> None:
+            while not stop.is_set():
+                standby.update()
+                stop.wait(0.25)
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        started = time.perf_counter()
+        for _ in range(0, args.follow_records, 5_000):
+            keys = [rng.randrange(args.records) for _ in range(5_000)]
+            active.store("kv").put_all([(f"k{i:08d}", rng.randbytes(100)) for i in keys])
+            active.commit(next_batch, {"in:0": next_batch + 1})
+            next_batch += 1
+        written = time.perf_counter()
+        marker = active.store("kv").read_metadata().changelog_offset
+        while standby.progress["kv"].applied_offset != marker:
+            time.sleep(0.005)
+        stop.set()
+        follower.join()
+        result["follow_write_rps"] = round(args.follow_records / (written - started))
+        result["follow_behind_ms"] = round((time.perf_counter() - written) * 1e3, 1)
 
         standby.release()
         reader = StateEnvironment(settings("b"), read_only=True)

@@ -35,6 +35,16 @@ CHUNK = 20_000
 #: The broker may hold an empty fetch this long: an idle tail must not poll it every 10 ms
 #: (a new commit reaches the copy at most this much later on a broker that holds fetches).
 FETCH_WAIT_MS = 100
+#: A tail consumer lives as long as its standby, one per standby task: a prefetch bounded
+#: below the restore reader's (which buffers up to ~1M records for a one-off read to EOF)
+#: still carries ~100k records between two steps.
+TAIL_CONSUMER_OVERRIDES: dict[str, int] = {
+    "fetch.wait.max.ms": FETCH_WAIT_MS,
+    "queued.min.messages": 100_000,
+    "queued.max.messages.kbytes": 16 * 1024,
+    "fetch.max.bytes": 8 * 1024 * 1024,
+    "max.partition.fetch.bytes": 8 * 1024 * 1024,
+}
 
 _key = methodcaller("key")
 _value = methodcaller("value")
@@ -87,9 +97,7 @@ class ChangelogTail:
         self._parts = {tp: _Partition(stores[tp], starts.get(tp)) for tp in stores}
         self._batch_records = batch_records
         self._on_applied = on_applied
-        self._consumer = eof_consumer(
-            consumer_config, "standby", **{"fetch.wait.max.ms": FETCH_WAIT_MS}
-        )
+        self._consumer = eof_consumer(consumer_config, "standby", **TAIL_CONSUMER_OVERRIDES)
         assign_at(
             self._consumer,
             {tp: OFFSET_BEGINNING if starts.get(tp) is None else starts[tp] for tp in stores},
