@@ -6,16 +6,25 @@ read-write open would fail on RocksDB's ``LOCK``. A view is a RocksDB *secondary
 ours), and follows the primary with ``try_catch_up_with_primary``, which replays the
 primary's MANIFEST and WAL. Statekeeper writes a store only at commits and restores, each
 as one WriteBatch holding data and metadata (invariant 3), and a secondary applies a
-WriteBatch whole, so a caught-up view always holds a committed state.
+WriteBatch whole, so a view that replayed the WAL holds a committed state.
+
+That holds while the primary only appends to its WAL. After a flush or a compaction (the
+MANIFEST moves) a caught-up secondary was seen answering a key from its own older memtable
+entry while the primary's compaction output held the newer value with its sequence number
+zeroed, next to the newer metadata: one commit's data under the next commit's offsets. So a
+view catches up only when the WAL grew, and opens a fresh secondary (no stale memtable)
+when the MANIFEST moved, beside the old one, swapping it in
+(tests/unit/query/test_store_copies.py forces both).
 
 Measured (2 cores, a writer committing 2,000 keys every 20 ms in another process): opening
 a secondary 33 ms; a catch-up 6 ms p50 / 14 ms p99 with writes pending and 2 ms with none
 (it re-reads the MANIFEST); a point get ~1 us. A read-only open instead costs ~300 ms per
 open under the same load (it replays the whole WAL) and sees nothing newer, and RocksDB
 snapshots are not honoured by a secondary (a snapshot read after a catch-up returned the
-new value). So a view catches up only when the primary's files changed (a ~50 us scan of
+new value). So a view follows the primary only when its files changed (a ~50 us scan of
 the WAL and MANIFEST sizes), and a read/write lock keeps each answer on one state: reads
-share it, a catch-up takes it alone (it waits for reads in flight, never for the writer).
+share it, a catch-up or a swap takes it alone (it waits for reads in flight, never for the
+writer).
 
 One wrinkle: opening any rocksdict handle rewrites ``rocksdict-config.json`` in the
 database directory; with our options its content is byte-identical to the primary's, and
@@ -47,10 +56,6 @@ log = logging.getLogger("statekeeper.query")
 _META_CHANGELOG_OFFSET = b"changelog_offset"
 _META_BATCH_ID = b"batch_id"
 _META_SOURCE_OFFSETS = b"source_offsets"
-# Files whose size or mtime move when the primary writes: the WAL (every commit), the
-# MANIFEST and CURRENT (flushes, compactions), IDENTITY (a wiped and recreated store).
-_WATCHED_SUFFIXES = (".log",)
-_WATCHED_PREFIXES = ("MANIFEST-", "CURRENT", "IDENTITY")
 
 
 class CopyUnavailableError(Exception):
@@ -169,14 +174,43 @@ def _options() -> rocksdict.Options:
     return opts
 
 
+@dataclass(frozen=True)
+class _Files:
+    """What the primary's writes move: the WAL files (every commit appends), the MANIFEST
+    and CURRENT (flushes and compactions), and IDENTITY's inode (a recreated store)."""
+
+    wal: tuple[tuple[Any, ...], ...]
+    manifest: tuple[tuple[Any, ...], ...]
+    identity: tuple[int, int] | None
+
+
+class _Handle:
+    """One secondary instance and what it showed at its last catch-up."""
+
+    def __init__(self, db: rocksdict.Rdict, secondary_path: Path) -> None:
+        self.db = db
+        self.meta = db.get_column_family(META_CF)
+        self.secondary_path = secondary_path
+
+    def close(self) -> None:
+        self.meta.close()
+        self.db.close()
+        shutil.rmtree(self.secondary_path, ignore_errors=True)
+
+
 class StoreCopy:
     """A read-only view of one task's store directory (see the module docstring).
 
     ``window``: the store's window geometry ``(retention_ms, window_size_ms)`` for window
     stores, None for key-value stores.
+
+    WAL growth is followed by a catch-up; a moved MANIFEST (a flush, a compaction) by a new
+    secondary opened beside the current one and swapped in, so reads wait only for the swap.
     """
 
     _serial = itertools.count()
+    #: Opens retried while the MANIFEST keeps moving under them.
+    OPEN_ATTEMPTS = 3
 
     def __init__(
         self,
@@ -191,11 +225,8 @@ class StoreCopy:
         self.window = window
         self._lock = ReadWriteLock()
         self._refresh_mutex = threading.Lock()
-        self._db: rocksdict.Rdict | None = None
-        self._meta: rocksdict.Rdict | None = None
-        self._secondary_path: Path | None = None
-        self._identity: tuple[int, int] | None = None
-        self._signature: tuple[Any, ...] | None = None
+        self._handle: _Handle | None = None
+        self._seen: _Files | None = None
         self._state = CopyState(None, None)
         self._window_store: WindowBytesStore | None = None
         self.catch_ups = 0
@@ -204,63 +235,92 @@ class StoreCopy:
 
     # -- following the primary -------------------------------------------------------------
 
-    def _files_signature(self) -> tuple[tuple[Any, ...], tuple[int, int] | None]:
-        """(size and mtime of the files the primary's writes move, IDENTITY's inode)."""
-        entries = []
+    def _files(self) -> _Files:
+        wal, manifest = [], []
         identity = None
         try:
             with os.scandir(self.path) as scan:
                 for entry in scan:
                     name = entry.name
-                    if name.endswith(_WATCHED_SUFFIXES) or name.startswith(_WATCHED_PREFIXES):
+                    if name.endswith(".log"):
                         st = entry.stat()
-                        entries.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+                        wal.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+                    elif name.startswith(("MANIFEST-", "CURRENT", "IDENTITY")):
+                        st = entry.stat()
+                        manifest.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
                         if name == "IDENTITY":
                             identity = (st.st_dev, st.st_ino)
         except FileNotFoundError:
-            return (), None
-        entries.sort()
-        return tuple(entries), identity
+            pass
+        return _Files(tuple(sorted(wal)), tuple(sorted(manifest)), identity)
 
     def refresh(self) -> None:
-        """Catch up with the primary if its files changed since the last catch-up; reopen
-        when the store was wiped and recreated. Only one thread refreshes at a time; others
-        go on reading the state the view holds (they never wait for a refresh in progress).
-        Raises :class:`CopyUnavailableError` when there is no copy to open."""
+        """Follow the primary if its files changed since the view last did (see the class
+        docstring). Only one thread refreshes at a time; the others go on reading the state
+        the view holds. Raises :class:`CopyUnavailableError` when there is no copy to open."""
         if not self._refresh_mutex.acquire(blocking=False):
-            if self._db is None:
+            if self._handle is None:
                 with self._refresh_mutex:  # the first open: wait for it
                     pass
-                if self._db is None:
+                if self._handle is None:
                     raise CopyUnavailableError(f"no readable copy of {self.name} at {self.path}")
             return
         try:
             if self._closed:
                 raise CopyUnavailableError(f"view of {self.name} is closed")
-            signature, identity = self._files_signature()
-            if identity is None:
-                with self._lock.exclusive():
-                    self._close_handles()
+            files = self._files()
+            if files.identity is None:
+                self._swap(None, None)
                 raise CopyUnavailableError(f"no copy of store {self.name} at {self.path}")
-            if signature == self._signature and self._db is not None:
+            seen = self._seen
+            if self._handle is not None and files == seen:
+                return
+            if self._handle is None or seen is None or files.manifest != seen.manifest:
+                handle, state, settled = self._open_settled()
+                self._swap((handle, state), settled)
                 return
             with self._lock.exclusive():
-                if self._db is None or identity != self._identity:
-                    self._reopen(identity)
-                else:
-                    try:
-                        self._db.try_catch_up_with_primary()
-                        self.catch_ups += 1
-                    except Exception as exc:  # rocksdict raises plain Exception
-                        log.info("query view %s: catch-up failed (%s); reopening", self.path, exc)
-                        self._reopen(identity)
-                self._load_state()
-                self._signature = signature
+                try:
+                    self._handle.db.try_catch_up_with_primary()
+                    self.catch_ups += 1
+                    caught_up = self._files().manifest == files.manifest
+                except Exception as exc:  # rocksdict raises plain Exception
+                    log.info("query view %s: catch-up failed (%s); reopening", self.path, exc)
+                    caught_up = False
+                if caught_up:
+                    self._state, self._window_store = self._load_state(self._handle)
+                    self._seen = files
+                    return
+                # The MANIFEST moved during the catch-up: the view may hold the mix the
+                # class docstring describes, so nobody reads it until a fresh one is in.
+                old, self._handle, self._seen = self._handle, None, None
+                self._state, self._window_store = CopyState(None, None), None
+                old.close()
+                handle, state, settled = self._open_settled()
+                self._install(handle, state)
+                self._seen = settled
         finally:
             self._refresh_mutex.release()
 
-    def _reopen(self, identity: tuple[int, int] | None) -> None:
-        self._close_handles()
+    def _open_settled(self) -> tuple[_Handle, tuple[CopyState, WindowBytesStore | None], _Files]:
+        """A new secondary and its state, opened while the MANIFEST did not move."""
+        for attempt in range(1, self.OPEN_ATTEMPTS + 1):
+            before = self._files()
+            handle = self._open()
+            try:
+                state = self._load_state(handle)
+            except BaseException:
+                handle.close()
+                raise
+            after = self._files()
+            if after.manifest == before.manifest or attempt == self.OPEN_ATTEMPTS:
+                # On the last attempt ``before`` is kept: the next refresh sees the moved
+                # MANIFEST and opens again.
+                return handle, state, before
+            handle.close()
+        raise AssertionError("unreachable")
+
+    def _open(self) -> _Handle:
         secondary = self.scratch_dir / f"{self.name}-{next(self._serial)}"
         secondary.mkdir(parents=True, exist_ok=True)
         try:
@@ -275,18 +335,35 @@ class StoreCopy:
             raise CopyUnavailableError(
                 f"cannot open the copy of store {self.name} at {self.path}: {exc}"
             ) from exc
-        self._db, self._secondary_path = db, secondary
-        self._meta = db.get_column_family(META_CF)
-        self._identity = identity
         self.reopens += 1
+        return _Handle(db, secondary)
 
-    def _load_state(self) -> None:
-        assert self._db is not None and self._meta is not None
-        offset = self._meta.get(_META_CHANGELOG_OFFSET)
-        batch_id = self._meta.get(_META_BATCH_ID)
-        sources = self._meta.get(_META_SOURCE_OFFSETS)
+    def _swap(
+        self,
+        opened: tuple[_Handle, tuple[CopyState, WindowBytesStore | None]] | None,
+        files: _Files | None,
+    ) -> None:
+        """Put a freshly opened ``(handle, state)`` in (None: no copy), closing the old."""
+        with self._lock.exclusive():
+            old = self._handle
+            self._handle, self._seen = None, None
+            self._state, self._window_store = CopyState(None, None), None
+            if opened is not None:
+                self._install(*opened)
+                self._seen = files
+        if old is not None:
+            old.close()
+
+    def _install(self, handle: _Handle, state: tuple[CopyState, WindowBytesStore | None]) -> None:
+        self._handle = handle
+        self._state, self._window_store = state
+
+    def _load_state(self, handle: _Handle) -> tuple[CopyState, WindowBytesStore | None]:
+        offset = handle.meta.get(_META_CHANGELOG_OFFSET)
+        batch_id = handle.meta.get(_META_BATCH_ID)
+        sources = handle.meta.get(_META_SOURCE_OFFSETS)
         try:
-            self._state = CopyState(
+            state = CopyState(
                 changelog_offset=int(offset) if offset is not None else None,
                 batch_id=int(batch_id) if batch_id is not None else None,
                 source_offsets={str(k): int(v) for k, v in json.loads(sources).items()}
@@ -297,29 +374,18 @@ class StoreCopy:
             raise CopyUnavailableError(
                 f"store {self.name} at {self.path} has unreadable metadata: {exc}"
             ) from exc
+        window = None
         if self.window is not None:
             retention_ms, size_ms = self.window
             # Reads the observed stream time once: fetches then clip to retention as the
             # task's own store does.
-            self._window_store = WindowBytesStore(
+            window = WindowBytesStore(
                 self.name,
-                SecondaryKeyValueReader(self._db),
+                SecondaryKeyValueReader(handle.db),
                 retention_ms=retention_ms,
                 window_size_ms=size_ms,
             )
-
-    def _close_handles(self) -> None:
-        self._window_store = None
-        if self._meta is not None:
-            self._meta.close()
-        if self._db is not None:
-            self._db.close()
-        self._db = self._meta = None
-        self._signature = None
-        self._state = CopyState(None, None)
-        if self._secondary_path is not None:
-            shutil.rmtree(self._secondary_path, ignore_errors=True)
-            self._secondary_path = None
+        return state, window
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -327,18 +393,19 @@ class StoreCopy:
     def reading(self) -> Iterator[CopyReader]:
         """A consistent read of the view (no catch-up runs until the block ends)."""
         with self._lock.shared():
-            if self._db is None:
+            handle = self._handle
+            if handle is None:
                 raise CopyUnavailableError(f"no readable copy of store {self.name} here")
-            yield CopyReader(SecondaryKeyValueReader(self._db), self._state, self._window_store)
+            yield CopyReader(SecondaryKeyValueReader(handle.db), self._state, self._window_store)
 
     @property
     def state(self) -> CopyState:
         return self._state
 
     def close(self) -> None:
-        with self._refresh_mutex, self._lock.exclusive():
+        with self._refresh_mutex:
             self._closed = True
-            self._close_handles()
+            self._swap(None, None)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,105 @@
+"""Read-only views (RocksDB secondaries) of a store another handle keeps open for writing:
+each read shows one whole commit, through flushes and compactions of the primary."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from statekeeper.query.copies import CopyUnavailableError, ReadWriteLock, StoreCopy
+from statekeeper.stores.base import StoreMetadata
+from statekeeper.stores.rocksdb import RocksDBKeyValueStore
+
+KEYS = 2_000
+
+
+def _commit(store: RocksDBKeyValueStore, batch: int) -> None:
+    store.put_all([(b"k%05d" % i, b"%d" % batch) for i in range(KEYS)])
+    store.commit(StoreMetadata(batch * 10, batch, {"in:0": batch}))
+
+
+def _read(copy: StoreCopy) -> tuple[set[bytes], int | None, int]:
+    with copy.reading() as reader:
+        values = {value for _, value in reader.kv.after(None, False)}
+        return values, reader.state.batch_id, reader.kv.approximate_num_entries()
+
+
+def test_a_view_shows_each_commit_whole_through_flushes_and_compactions(tmp_path: Path) -> None:
+    store = RocksDBKeyValueStore("counts", tmp_path / "db")
+    copy = StoreCopy("counts", tmp_path / "db", tmp_path / "scratch")
+    try:
+        _commit(store, 1)
+        copy.refresh()
+        for batch in range(2, 30):
+            _commit(store, batch)
+            # What RocksDB does on its own as memtables fill and levels grow (and a snapshot's
+            # checkpoint flush). A caught-up secondary answered the previous commit's values
+            # with this commit's metadata after the compaction, so the view reopens instead.
+            if batch % 3 == 0:
+                store._db.flush()
+            if batch % 7 == 0:
+                store._db.compact_range(None, None)
+            copy.refresh()
+            values, batch_id, _ = _read(copy)
+            assert (values, batch_id) == ({b"%d" % batch}, batch)
+        assert copy.catch_ups > 5 and copy.reopens > 5  # both paths ran
+        caught_up = copy.catch_ups
+        copy.refresh()  # nothing changed: no catch-up
+        assert copy.catch_ups == caught_up
+    finally:
+        copy.close()
+        store.close()
+
+
+def test_a_view_without_a_store_is_unavailable_until_one_is_committed(tmp_path: Path) -> None:
+    copy = StoreCopy("counts", tmp_path / "db", tmp_path / "scratch")
+    try:
+        with pytest.raises(CopyUnavailableError, match="no copy of store counts"):
+            copy.refresh()
+        store = RocksDBKeyValueStore("counts", tmp_path / "db")
+        try:
+            copy.refresh()
+            assert not copy.state.committed  # opened, nothing committed yet
+            _commit(store, 1)
+            copy.refresh()
+            assert copy.state.committed and copy.state.as_dict()["source_offsets"] == {"in:0": 1}
+        finally:
+            store.close()
+    finally:
+        copy.close()
+
+
+def test_the_read_write_lock_lets_a_waiting_writer_go_before_new_readers() -> None:
+    lock = ReadWriteLock()
+    order: list[str] = []
+    first_reader_in = threading.Event()
+    release_first = threading.Event()
+
+    def reader(name: str, hold: threading.Event | None) -> None:
+        with lock.shared():
+            order.append(name)
+            if hold is not None:
+                first_reader_in.set()
+                hold.wait(5)
+
+    def writer() -> None:
+        with lock.exclusive():
+            order.append("writer")
+
+    first = threading.Thread(target=reader, args=("r1", release_first))
+    first.start()
+    assert first_reader_in.wait(5)
+    w = threading.Thread(target=writer)
+    w.start()
+    time.sleep(0.05)  # the writer now waits for r1
+    late = threading.Thread(target=reader, args=("r2", None))
+    late.start()
+    time.sleep(0.05)
+    assert order == ["r1"]  # r2 queues behind the waiting writer
+    release_first.set()
+    for t in (first, w, late):
+        t.join(5)
+    assert order == ["r1", "writer", "r2"]
