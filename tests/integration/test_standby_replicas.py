@@ -461,3 +461,32 @@ def test_a_new_standby_installs_the_newest_snapshot_and_replays_only_the_tail(
     finally:
         replicas.close()
         env.close()
+
+
+def test_a_standby_never_asks_an_active_owner_for_the_lock(broker, tmp_path, topic_name):
+    """A task still open here as active (parked between batches, say) keeps its lock: the
+    standby skips its steps without leaving a release request, and takes over once the
+    owner closes."""
+    settings_b = _settings(broker, tmp_path / "b", topic_name)
+    env = StateEnvironment(settings_b)
+    env.ensure_changelogs(SPECS, 1)
+    replicas = StandbyReplicas(
+        settings_b, tmp_path / "b", ExecutorIdentity("2", "localhost", 0), _Topology()
+    )
+    try:
+        task = env.task(TASK, 0, SPECS)
+        task.open()
+        _commit(task, random.Random(3), range(500), 0)
+        replicas.reconcile(Assignment(topic_name, 1, {TASK: TaskPlacement("1", ("2",))}))
+        _wait_for(lambda: replicas.report().get(TASK, {}).get("last_result") == "busy", "a step")
+        time.sleep(0.6)  # a few more rounds
+        assert not task.release_requested()
+        assert replicas.report()[TASK]["applied_offsets"] == {"kv": None}
+        marker = task.store("kv").read_metadata().changelog_offset
+        task.close()
+        _wait_for(
+            lambda: replicas.report()[TASK]["applied_offsets"] == {"kv": marker}, "the take-over"
+        )
+    finally:
+        replicas.close()
+        env.close()
