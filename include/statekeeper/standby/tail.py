@@ -30,8 +30,9 @@ from statekeeper.errors import BrokerUnavailableError, ChangelogCorruptError
 from statekeeper.kafka.partition_reader import TP, assign_at, eof_consumer
 from statekeeper.stores.base import StoreMetadata
 
-#: Records per consume() call.
+#: Records per consume() call, and at most per read.
 CHUNK = 20_000
+MAX_RECORDS_PER_READ = 200_000
 #: The broker may hold an empty fetch this long: an idle tail must not poll it every 10 ms
 #: (a new commit reaches the copy at most this much later on a broker that holds fetches).
 FETCH_WAIT_MS = 100
@@ -116,8 +117,11 @@ class ChangelogTail:
         """Apply what the consumer has fetched so far (never waiting: the next step takes
         the rest); returns each partition's high watermark as the last fetch reported it
         (None before the first)."""
-        while msgs := self._consumer.consume(CHUNK, 0):
+        taken = 0
+        # Bounded, so a step behind a writer faster than it still ends (and reports).
+        while taken < MAX_RECORDS_PER_READ and (msgs := self._consumer.consume(CHUNK, 0)):
             self._take(msgs)
+            taken += len(msgs)
         for tp, part in self._parts.items():
             self._write(tp, part)
         highs: dict[TP, int | None] = {}
