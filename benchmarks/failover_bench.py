@@ -1,0 +1,510 @@
+"""Failover with and without a standby, and interactive queries under processing, end to end.
+
+Everything runs on a real two-worker Spark standalone cluster on this machine
+(:class:`~statekeeper.cluster.local_cluster.LocalSparkCluster`, 1 core per worker) and the
+embedded broker, with one app whose single task counts records by key
+(``benchmarks/failover_topology.py``; one input partition, so one task and one store).
+
+Failover (twice in the same run, same data: ``num_standby_replicas`` 1, then 0):
+  load ``--keys`` distinct keys (one record each) and wait until the app drained them; a
+  trickle of updates to existing keys (``--trickle-rps``) keeps micro-batches (and so the
+  executors' reports in the status document) flowing; with a standby, wait until the status
+  shows its lag 0; then kill -9 the worker whose executor runs the task. Reported per case:
+  ``restore_seconds`` / ``restore_records`` / ``restore_source``: the task's restore of the
+  store on the surviving executor (its status ``restore`` report), and
+  ``end_to_end_seconds``: the kill to the first micro-batch finished with the task on the
+  survivor (``last_batch.finished_at``).
+
+Queries (a third app on the same cluster, ``query_port=0``, no standby): the store is loaded
+with ``--query-keys`` keys, then a backlog of ``--backlog`` updates to them is produced and the
+app processes it while windows of ``--window-s`` seconds alternate without and with a bounded
+point-get load (``--query-threads`` client threads, ``--query-rps`` total rate cap, loopback
+only) against the active executor's query server, for keys that exist. Processing rates come
+from the status document's processed-record counts at each window's edges.
+
+Prints one JSON object on stdout, progress on stderr. Usage:
+python benchmarks/failover_bench.py [--keys N] [--query-keys N] [--backlog N] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Producer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_apps (AppProcess)
+
+from spark_apps.app_process import AppProcess  # noqa: E402
+from statekeeper.cluster.local_cluster import ClusterConfig, LocalSparkCluster  # noqa: E402
+from statekeeper.kafka.adapter import producer_config  # noqa: E402
+from statekeeper.kafka.admin import ensure_topic, make_admin  # noqa: E402
+from statekeeper.kafka.embedded import EmbeddedBroker  # noqa: E402
+from statekeeper.query.client import QueryClient  # noqa: E402
+
+TOPOLOGY = Path(__file__).resolve().parent / "failover_topology.py"
+STORE = "key-counts"
+TASK = "0_0"
+RESTORE_TARGET = 20.0  # the issue's goal: a standby's restore 20x faster than a full replay
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr so stdout holds only the JSON."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def key_of(i: int) -> str:
+    return f"k{i:07d}"
+
+
+def produce_keys(bootstrap: str, topic: str, indexes: range | list[int]) -> None:
+    """One record per index, keyed ``key_of(index)``, value empty."""
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 20}))
+    for n, i in enumerate(indexes):
+        while True:
+            try:
+                producer.produce(topic, key=key_of(i).encode(), value=b"")
+                break
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.05)
+        if n % 50_000 == 0:
+            producer.poll(0)
+    producer.flush()
+
+
+class Trickle(threading.Thread):
+    """Updates to existing keys at a steady rate, so micro-batches keep running."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: int, rps: int) -> None:
+        super().__init__(daemon=True, name="trickle")
+        self.bootstrap, self.topic, self.keys, self.rps = bootstrap, topic, keys, rps
+        self.stop_event = threading.Event()
+        self.produced = 0
+
+    def run(self) -> None:
+        rng = random.Random(7)
+        producer = Producer(producer_config(self.bootstrap, **{"linger.ms": 5}))
+        per_tick = max(1, self.rps // 4)
+        while not self.stop_event.wait(0.25):
+            for _ in range(per_tick):
+                producer.produce(self.topic, key=key_of(rng.randrange(self.keys)).encode())
+            self.produced += per_tick
+            producer.poll(0)
+        producer.flush()
+
+
+def write_spec(work: Path, app_id: str, topic: str) -> Path:
+    spec = {
+        "application_id": app_id,
+        "topology": f"{TOPOLOGY}:build_topology",
+        "params": {"input_topic": topic},
+        "settings": {},
+    }
+    path = work / f"{app_id}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def start_app(
+    work: Path, cluster: LocalSparkCluster, bootstrap: str, name: str, topic: str, **settings: Any
+) -> AppProcess:
+    app_dir = work / name
+    app_dir.mkdir(parents=True)
+    overrides = {
+        "bootstrap_servers": bootstrap,
+        "state_dir": str(app_dir / "state"),  # the driver's; executors use their worker's
+        "checkpoint_dir": str(app_dir / "checkpoints"),
+        "status_file": str(app_dir / "status.json"),
+        "status_port": None,
+        "spark_master": cluster.master_url,
+        "restore_from_snapshots": False,  # without a standby: a full replay, not a snapshot
+        "trigger_interval_ms": 200,
+        "lock_timeout_s": 60,
+        **settings,
+    }
+    spec = write_spec(app_dir, f"failover-bench-{name}", topic)
+    return AppProcess(spec, overrides, app_dir / "app.log", stop_when_idle=False).start()
+
+
+def drained(status: dict[str, Any]) -> bool:
+    parts = status.get("source_partitions") or []
+    return bool(parts) and all(p["position"] >= p["end"] for p in parts)
+
+
+def active_executor(status: dict[str, Any]) -> str | None:
+    return ((status.get("placement") or {}).get("tasks") or {}).get(TASK, {}).get("executor")
+
+
+def standby_lag(status: dict[str, Any]) -> dict[str, Any]:
+    """The task's standby copies: executor -> lag per store (None while unknown)."""
+    lags = ((status.get("placement") or {}).get("standby_lag") or {}).get(TASK) or {}
+    return {ex: (info or {}).get("lag") for ex, info in lags.items()}
+
+
+def standby_current(status: dict[str, Any]) -> bool:
+    lags = standby_lag(status)
+    return bool(lags) and all(lag and all(v == 0 for v in lag.values()) for lag in lags.values())
+
+
+def worker_running_task(cluster: LocalSparkCluster, status: dict[str, Any]) -> int:
+    """The worker whose processes include the Python worker that ran the task last."""
+    pid = (status.get("tasks") or {}).get(TASK, {}).get("worker_pid")
+    for worker in cluster.workers:
+        if pid in cluster.worker_processes(worker.index):
+            return worker.index
+    raise RuntimeError(f"no worker runs {TASK}'s Python worker (pid {pid})")
+
+
+def wait_for(
+    proc: AppProcess, what: str, predicate: Callable[[dict[str, Any]], bool], timeout_s: float
+) -> dict[str, Any]:
+    log(f"waiting for {what}")
+    return proc.wait_for(predicate, timeout_s)
+
+
+def store_restore(status: dict[str, Any]) -> dict[str, Any]:
+    reports = (status.get("tasks") or {}).get(TASK, {}).get("restore") or []
+    return next((r for r in reports if r.get("store") == STORE), {})
+
+
+def failover(
+    work: Path, cluster: LocalSparkCluster, bootstrap: str, standbys: int, args: Any
+) -> dict[str, Any]:
+    """One failover case (see the module docstring)."""
+    name = f"standby{standbys}"
+    topic = f"keys-{name}"
+    ensure_topic(make_admin(bootstrap), topic, 1, {})
+    log(f"[{name}] producing {args.keys:,} distinct keys")
+    produce_keys(bootstrap, topic, range(args.keys))
+    proc = start_app(
+        work,
+        cluster,
+        bootstrap,
+        name,
+        topic,
+        num_standby_replicas=standbys,
+        max_records_per_batch=args.batch_records,
+    )
+    trickle = Trickle(bootstrap, topic, args.keys, args.trickle_rps)
+    try:
+        started = time.monotonic()
+        wait_for(proc, f"[{name}] the {args.keys:,} keys processed", drained, 900)
+        load_s = time.monotonic() - started
+        trickle.start()
+        wait_for(proc, f"[{name}] two executors", lambda s: len(_executors(s)) >= 2, 120)
+        if standbys:
+            before = wait_for(proc, f"[{name}] the standby's lag 0", standby_current, 600)
+        else:
+            before = proc.wait_for(lambda s: _batches(s) >= 1, 60)
+        time.sleep(args.settle_s)
+        before = proc.status() or before
+        victim_executor = active_executor(before)
+        if victim_executor is None:
+            raise RuntimeError(f"[{name}] no executor runs {TASK}: {before.get('placement')}")
+        victim = worker_running_task(cluster, before)
+        lag_at_kill = standby_lag(before)
+        log(f"[{name}] kill -9 worker {victim} (executor {victim_executor} runs {TASK})")
+        killed_at = time.time()
+        cluster.kill_worker(victim)
+
+        def moved_and_ran(status: dict[str, Any]) -> bool:
+            executor = active_executor(status)
+            finished = (status.get("last_batch") or {}).get("finished_at") or 0
+            task = (status.get("tasks") or {}).get(TASK) or {}
+            return (
+                executor not in (None, victim_executor)
+                and task.get("executor") == executor
+                and finished > killed_at
+                and bool(store_restore(status))
+            )
+
+        after = wait_for(proc, f"[{name}] the task moved and a batch finished", moved_and_ran, 600)
+        restore = store_restore(after)
+        placement = after.get("placement") or {}
+        result = {
+            "load_seconds": round(load_s, 1),
+            "killed_worker": victim,
+            "from_executor": victim_executor,
+            "to_executor": active_executor(after),
+            "standby_lag_at_kill": lag_at_kill,
+            "restore_seconds": restore.get("seconds"),
+            "restore_records": restore.get("records"),
+            "restore_source": restore.get("source"),
+            "restore_reason": restore.get("reason"),
+            "end_to_end_seconds": round(after["last_batch"]["finished_at"] - killed_at, 2),
+            "first_batch_after_kill": after.get("last_batch"),
+            "restores": placement.get("restores"),
+            "moves_by_reason": placement.get("moves_by_reason"),
+            "trickle_rps": args.trickle_rps,
+        }
+        log(f"[{name}] {json.dumps({k: result[k] for k in list(result)[:10]})}")
+        return result
+    finally:
+        trickle.stop_event.set()
+        proc.kill9()
+        for worker in cluster.workers:
+            if worker.index not in cluster.alive_worker_indexes() and not worker.alive():
+                log(f"restarting worker {worker.index}")
+                cluster.restart_worker(worker.index)
+
+
+def _executors(status: dict[str, Any]) -> list[str]:
+    return list((status.get("placement") or {}).get("executors") or [])
+
+
+def _batches(status: dict[str, Any]) -> int:
+    return int((status.get("throughput") or {}).get("batches", 0))
+
+
+def _processed(status: dict[str, Any]) -> int:
+    return int((status.get("totals") or {}).get("records_processed", 0))
+
+
+class QueryLoad:
+    """``threads`` clients sharing a ``rps`` cap, point gets of existing keys, for a while."""
+
+    def __init__(self, url: str, keys: int, threads: int, rps: float) -> None:
+        self.client = QueryClient(url, timeout_s=5.0)
+        self.keys, self.threads, self.rps = keys, threads, rps
+        self.latencies: list[float] = []
+        self.statuses: dict[int, int] = {}
+        self.not_found = 0
+        self._lock = threading.Lock()
+
+    def run_for(self, seconds: float) -> dict[str, Any]:
+        self.latencies, self.statuses, self.not_found = [], {}, 0
+        stop_at = time.monotonic() + seconds
+        interval = self.threads / self.rps  # each thread's share of the cap
+
+        def client(seed: int) -> None:
+            rng = random.Random(seed)
+            next_at = time.monotonic()
+            while True:
+                now = time.monotonic()
+                if now >= stop_at:
+                    break
+                if now < next_at:
+                    time.sleep(next_at - now)
+                next_at += interval
+                t0 = time.perf_counter()
+                answer = self.client.get_answer(STORE, key_of(rng.randrange(self.keys)))
+                elapsed = time.perf_counter() - t0
+                with self._lock:
+                    self.statuses[answer.status] = self.statuses.get(answer.status, 0) + 1
+                    if answer.status == 200:
+                        self.latencies.append(elapsed)
+                        if not answer.body.get("found"):
+                            self.not_found += 1
+            self.client.close()
+
+        started = time.monotonic()
+        workers = [threading.Thread(target=client, args=(n,)) for n in range(self.threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        wall = time.monotonic() - started
+        lat = sorted(self.latencies)
+        return {
+            "seconds": round(wall, 2),
+            "ok": len(lat),
+            "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
+            "not_found": self.not_found,
+            "rps": round(len(lat) / wall, 1),
+            "p50_ms": round(statistics.median(lat) * 1e3, 2) if lat else None,
+            "p99_ms": round(lat[int(0.99 * (len(lat) - 1))] * 1e3, 2) if lat else None,
+            "max_ms": round(lat[-1] * 1e3, 2) if lat else None,
+        }
+
+
+def queries(work: Path, cluster: LocalSparkCluster, bootstrap: str, args: Any) -> dict[str, Any]:
+    """The query phase (see the module docstring)."""
+    topic = "keys-queries"
+    ensure_topic(make_admin(bootstrap), topic, 1, {})
+    log(f"[queries] producing {args.query_keys:,} keys")
+    produce_keys(bootstrap, topic, range(args.query_keys))
+    proc = start_app(
+        work,
+        cluster,
+        bootstrap,
+        "queries",
+        topic,
+        query_port=0,
+        max_records_per_batch=args.backlog_batch_records,
+    )
+    try:
+        status = wait_for(proc, "[queries] the keys processed", drained, 900)
+        executor = active_executor(status)
+        report = ((status.get("placement") or {}).get("executor_reports") or {}).get(executor) or {}
+        query = report.get("query") or {}
+        if not query.get("port"):
+            raise RuntimeError(f"[queries] executor {executor} reports no query server: {report}")
+        url = f"http://{query['host']}:{query['port']}"
+        load = QueryLoad(url, args.query_keys, args.query_threads, args.query_rps)
+        probe = load.client.get_answer(STORE, key_of(0))
+        if probe.status != 200 or not probe.body.get("found"):
+            raise RuntimeError(f"[queries] a get of an existing key answered {probe}")
+        rng = random.Random(11)
+        log(f"[queries] producing a backlog of {args.backlog:,} updates")
+        produce_keys(
+            bootstrap, topic, [rng.randrange(args.query_keys) for _ in range(args.backlog)]
+        )
+        # The first backlog batch pays for reading ahead; the windows start after it.
+        base = _batches(proc.status() or {})
+        proc.wait_for(lambda s: _batches(s) >= base + 2, 300)
+        windows = []
+        for n in range(args.windows):
+            with_queries = n % 2 == 1
+            start = proc.status() or {}
+            t0 = time.monotonic()
+            if with_queries:
+                answer = load.run_for(args.window_s)
+            else:
+                time.sleep(args.window_s)
+                answer = None
+            end = proc.status() or {}
+            span = (end.get("updated_at") or 0) - (start.get("updated_at") or 0)
+            records = _processed(end) - _processed(start)
+            window = {
+                "queries": with_queries,
+                "seconds": round(time.monotonic() - t0, 2),
+                "status_span_seconds": round(span, 2),
+                "records": records,
+                "processing_rps": round(records / span, 1) if span > 0 else None,
+                "drained": drained(end),
+                "query_load": answer,
+            }
+            windows.append(window)
+            log(f"[queries] window {n}: {json.dumps(window)}")
+        if any(w["drained"] for w in windows):
+            log("[queries] WARNING: the backlog drained inside a window; raise --backlog")
+
+        def rate(flag: bool) -> float | None:
+            picked = [w for w in windows if w["queries"] == flag and w["processing_rps"]]
+            records = sum(w["records"] for w in picked)
+            span = sum(w["status_span_seconds"] for w in picked)
+            return round(records / span, 1) if span else None
+
+        loads = [w["query_load"] for w in windows if w["query_load"]]
+        ok = sum(q["ok"] for q in loads)
+        all_lat = sorted(load.latencies)  # the last window's; medians below span all windows
+        with_q, without_q = rate(True), rate(False)
+        return {
+            "query_url_executor": executor,
+            "query_get_rps": round(ok / sum(q["seconds"] for q in loads), 1),
+            "query_get_p50_ms": round(statistics.median([q["p50_ms"] for q in loads]), 2),
+            "query_get_p99_ms": max(q["p99_ms"] for q in loads),
+            "query_statuses": _sum_statuses(loads),
+            "query_not_found": sum(q["not_found"] for q in loads),
+            "query_threads": args.query_threads,
+            "query_rps_cap": args.query_rps,
+            "processing_rps_with_queries": with_q,
+            "processing_rps_without": without_q,
+            "processing_ratio_with_to_without": (
+                round(with_q / without_q, 3) if with_q and without_q else None
+            ),
+            "last_window_samples": len(all_lat),
+            "windows": windows,
+        }
+    finally:
+        proc.kill9()
+
+
+def _sum_statuses(loads: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for q in loads:
+        for status, n in q["statuses"].items():
+            out[status] = out.get(status, 0) + n
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--batch-records", type=int, default=250_000)
+    parser.add_argument("--trickle-rps", type=int, default=2_000)
+    parser.add_argument("--settle-s", type=float, default=0.0)
+    parser.add_argument("--query-keys", type=int, default=1_000_000)
+    parser.add_argument("--backlog", type=int, default=6_000_000)
+    parser.add_argument("--backlog-batch-records", type=int, default=50_000)
+    parser.add_argument("--windows", type=int, default=8)
+    parser.add_argument("--window-s", type=float, default=8.0)
+    parser.add_argument("--query-threads", type=int, default=2)
+    parser.add_argument("--query-rps", type=float, default=500.0)
+    parser.add_argument("--skip", choices=["failover", "queries"], action="append", default=[])
+    parser.add_argument("--output", help="also write the JSON here")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+
+    import pyspark
+
+    result: dict[str, Any] = {
+        "benchmark": "failover_and_queries",
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "pyspark": pyspark.__version__,
+            "cluster": "local standalone: 2 workers x 1 core, 1g executors, one host",
+        },
+        "keys": args.keys,
+    }
+    # Spark binds to loopback and runs Python workers with this interpreter (as make does).
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    work = Path(tempfile.mkdtemp(prefix="sk-failover-bench-"))
+    log(f"work dir {work}")
+    try:
+        config = ClusterConfig(work / "cluster", workers=2, memory_per_worker="1g")
+        with EmbeddedBroker() as broker, LocalSparkCluster(config) as cluster:
+            bootstrap = broker.bootstrap_servers
+            if "failover" not in args.skip:
+                with_s = failover(work, cluster, bootstrap, 1, args)
+                without = failover(work, cluster, bootstrap, 0, args)
+                result["failover"] = {"with_standby": with_s, "without_standby": without}
+                w, wo = with_s["restore_seconds"], without["restore_seconds"]
+                ratio = round(wo / w, 1) if w and wo else None
+                e2e = round(without["end_to_end_seconds"] / with_s["end_to_end_seconds"], 2)
+                result.update(
+                    with_standby_seconds=w,
+                    without_standby_seconds=wo,
+                    restore_speedup=ratio,
+                    target_20x_met=bool(ratio and ratio >= RESTORE_TARGET),
+                    with_standby_end_to_end_seconds=with_s["end_to_end_seconds"],
+                    without_standby_end_to_end_seconds=without["end_to_end_seconds"],
+                    end_to_end_speedup=e2e,
+                    with_standby_records_replayed=with_s["restore_records"],
+                    without_standby_records_replayed=without["restore_records"],
+                )
+            if "queries" not in args.skip:
+                q = queries(work, cluster, bootstrap, args)
+                ratio = q["processing_ratio_with_to_without"]
+                result.update(
+                    {k: v for k, v in q.items() if k != "windows"},
+                    reads_slow_processing_under_10pct=bool(ratio and ratio >= 0.9),
+                    query_windows=q["windows"],
+                )
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(result)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
