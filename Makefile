@@ -20,7 +20,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: help venv install browser screenshot test test-chaos lint demo bench-restore bench-snapshot-restore bench-throughput lock clean distclean
+.PHONY: help venv install browser screenshot test test-chaos lint demo bench-restore bench-snapshot-restore bench-throughput bench-failover lock clean distclean
 
 help:
 	@echo "make venv|install  create .venv and install requirements.lock + statekeeper (editable)"
@@ -38,6 +38,8 @@ help:
 	@echo "make bench-restore run the restore benchmark (prints JSON)"
 	@echo "make bench-snapshot-restore  snapshot + 10k tail vs full replay, 5M records/1M keys (JSON)"
 	@echo "make bench-throughput  statekeeper vs Spark stateful peers on 1M records (JSON, ~10 min)"
+	@echo "make bench-failover  kill -9 on a 2-worker cluster, 1M-key store, with vs without a"
+	@echo "                   standby; point gets vs processing rate (JSON, ~10 min)"
 	@echo "make lock          recompile requirements.lock from requirements.in"
 	@echo "make clean         stop the embedded broker, remove caches and var/"
 	@echo "make distclean     clean + remove .venv"
@@ -107,6 +109,9 @@ bench-snapshot-restore: $(STAMP)
 
 bench-throughput: $(STAMP)
 	@$(PY) benchmarks/throughput_bench.py
+
+bench-failover: $(STAMP)
+	@$(PY) benchmarks/failover_bench.py
 
 lock: | $(UV)
 	$(UV) pip compile requirements.in --python-version 3.11 --no-header -o requirements.lock
