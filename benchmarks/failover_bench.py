@@ -444,6 +444,8 @@ def summarize_rate(rate: float, windows: list[dict[str, Any]]) -> dict[str, Any]
             statuses[code] = statuses.get(code, 0) + n
     with_q, without_q = processing(True), processing(False)
     pct = percentiles_ms(latencies)
+    off = [w["processing_rps"] for w in mine if not w["queries"] and not w["drained"]]
+    on = [w["processing_rps"] for w in mine if w["queries"] and not w["drained"]]
     return {
         "query_rps_cap": rate,
         "query_get_rps": round(len(latencies) / seconds, 1) if seconds else None,
@@ -462,6 +464,9 @@ def summarize_rate(rate: float, windows: list[dict[str, Any]]) -> dict[str, Any]
         "processing_ratio_with_to_without": (
             round(with_q / without_q, 3) if with_q and without_q else None
         ),
+        # The spread of single windows: how much of the ratio is this machine's noise.
+        "processing_rps_without_windows": off,
+        "processing_rps_with_queries_windows": on,
     }
 
 
@@ -472,10 +477,10 @@ def main() -> None:
     parser.add_argument("--trickle-rps", type=int, default=2_000)
     parser.add_argument("--settle-s", type=float, default=2.0)
     parser.add_argument("--query-keys", type=int, default=1_000_000)
-    parser.add_argument("--backlog", type=int, default=8_000_000)
+    parser.add_argument("--backlog", type=int, default=12_000_000)
     parser.add_argument("--backlog-batch-records", type=int, default=50_000)
-    parser.add_argument("--pairs", type=int, default=2, help="off/on window pairs per rate")
-    parser.add_argument("--window-s", type=float, default=7.0)
+    parser.add_argument("--pairs", type=int, default=4, help="off/on window pairs per rate")
+    parser.add_argument("--window-s", type=float, default=8.0)
     parser.add_argument("--query-threads", type=int, default=2)
     parser.add_argument(
         "--query-rps", default="100,500", help="rate caps (total gets/s), comma-separated"
@@ -529,10 +534,11 @@ def main() -> None:
                 q = queries(work, cluster, bootstrap, args)
                 # The headline figures: the highest rate cap (the most reads).
                 top = max(q["by_rate"], key=lambda r: r["query_rps_cap"])
-                ratio = top["processing_ratio_with_to_without"]
+                ratios = [r["processing_ratio_with_to_without"] for r in q["by_rate"]]
                 result.update(
                     top,
-                    reads_slow_processing_under_10pct=bool(ratio and ratio >= 0.9),
+                    # Met only if it holds at every rate cap measured.
+                    reads_slow_processing_under_10pct=all(r and r >= 0.9 for r in ratios),
                     query_threads=args.query_threads,
                     query_window_seconds=args.window_s,
                     query_server_in_task_process=q["query_server_in_task_process"],
