@@ -49,6 +49,7 @@ class ExecutorPlacement:
         self.reports: dict[str, dict[str, Any]] = {}
         self._event_listeners: list[Any] = []
         self.standby_events: list[dict[str, Any]] = []
+        self.standby_event_counts: Counter[str] = Counter()
         self._seen_seq: dict[str, int] = {}  # recorder stream -> newest event seq replayed
 
     def place(
@@ -118,6 +119,7 @@ class ExecutorPlacement:
                 self._seen_seq[key[0]] = key[1]
                 event = {**event, "executor": item.executor_id}
                 self.standby_events.append(event)
+                self.standby_event_counts[str(event.get("event"))] += 1
                 del self.standby_events[:-STANDBY_EVENTS_KEPT]
                 for listener in self._event_listeners:
                     try:
@@ -130,10 +132,18 @@ class ExecutorPlacement:
         its methods): called on the driver with the events executors report."""
         self._event_listeners.append(listener)
 
+    def _live_reports(self) -> dict[str, dict[str, Any]]:
+        """Reports of the executors alive at the last placement (a lost executor's last
+        report would show standbys that are gone)."""
+        last = self.registry.last
+        alive = set(last.executors) if last else set(self.reports)
+        return {e: r for e, r in self.reports.items() if e in alive}
+
     def standby_lag(self) -> dict[str, dict[str, Any]]:
-        """Per task, the standby copies' lag by executor."""
+        """Per task, the standby copies' lag by executor (executors report with the results
+        of each batch's Spark tasks, so an idle app shows the figures of its last batch)."""
         out: dict[str, dict[str, Any]] = {}
-        for executor, report in sorted(self.reports.items()):
+        for executor, report in sorted(self._live_reports().items()):
             for task, info in (report.get("standbys") or {}).items():
                 if task != "events" and isinstance(info, dict):
                     out.setdefault(task, {})[executor] = {
@@ -141,6 +151,13 @@ class ExecutorPlacement:
                         for k in ("state", "lag", "applied_offsets", "updated", "error")
                     }
         return out
+
+    def _recent_standby_events(self) -> list[dict[str, Any]]:
+        """The newest 30 start/suspend events and the newest 20 batch loads (batch loads are
+        far more frequent and would hide the others), oldest first."""
+        loads = [e for e in self.standby_events if e.get("event") == "batch_loaded"][-20:]
+        others = [e for e in self.standby_events if e.get("event") != "batch_loaded"][-30:]
+        return sorted(loads + others, key=lambda e: e.get("time", 0))
 
     def status(self) -> dict[str, Any]:
         return {
@@ -152,8 +169,10 @@ class ExecutorPlacement:
             "restored_records": dict(self.restored_records),
             "stale_copies_closed": self.stale_copies,
             "standby_lag": self.standby_lag(),
-            "standby_events": self.standby_events[-50:],
+            "standby_events": self._recent_standby_events(),
+            "standby_event_counts": dict(self.standby_event_counts),
             "executor_reports": {
-                e: {k: v for k, v in r.items() if k != "standbys"} for e, r in self.reports.items()
+                e: {k: v for k, v in r.items() if k != "standbys"}
+                for e, r in self._live_reports().items()
             },
         }

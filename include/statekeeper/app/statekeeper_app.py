@@ -104,6 +104,7 @@ class StatekeeperApp:
         self._started = time.time()
         self._opened: set[tuple[str, str]] = set()  # (task, executor) opened in this run
         self.placement = ExecutorPlacement(settings)
+        self._executors_checked = 0.0
         self.planner = BatchPlanner(
             CheckpointBatchLog(self.checkpoint),
             subtopology_of=self._subtopology_of,
@@ -379,6 +380,7 @@ class StatekeeperApp:
             self.snapshots.schedule(self._last_batch_end)
             if self.snapshots.pending:
                 self._snapshot_idle_tasks()
+            self._follow_executors()
             if stop_when_idle and not self.snapshots.pending and self._idle(idle_s):
                 log.info("all input processed; stopping")
                 self.stop()
@@ -679,6 +681,41 @@ class StatekeeperApp:
                 return
             self._note_committed(results)
             log.info("snapshot %s: commit-only pass over %d task(s)", request, len(runs))
+        finally:
+            self._batch_lock.release()
+
+    def _follow_executors(self) -> None:
+        """An idle app follows executors lost or added at once (a busy one does in its next
+        batch): a commit-only pass of every stateful task places the lost executor's tasks
+        elsewhere, where they restore (from a standby copy when there is one), and hands the
+        new assignment to every executor, so a new one starts its standbys."""
+        spark = self._spark_session
+        last = self.placement.registry.last
+        now = time.monotonic()
+        if spark is None or last is None or self._stopping or now - self._executors_checked < 1:
+            return
+        self._executors_checked = now
+        alive = alive_executors(spark.sparkContext)
+        quiet_s = max(1.0, 2 * self.settings.trigger_interval_ms / 1000)
+        if (
+            set(alive) == set(last.executors)
+            or now - self._last_batch_end < quiet_s  # the next batch follows them
+            or not self._batch_lock.acquire(blocking=False)
+        ):
+            return
+        try:
+            runs = self.planner.commit_only_runs(self._stateful_tasks())
+            if runs and not self._stopping:
+                results = self._execute(spark, runs)
+                self._note_committed(results)
+                log.info(
+                    "executors %s -> %s: commit-only pass over %d task(s)",
+                    sorted(last.executors),
+                    alive,
+                    len(runs),
+                )
+        except Exception:  # the next batch tries again
+            log.exception("following the executors (%s) failed", alive)
         finally:
             self._batch_lock.release()
 

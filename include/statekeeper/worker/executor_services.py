@@ -85,14 +85,25 @@ def _components(
     settings: StatekeeperSettings, state_dir: Path, executor: ExecutorIdentity, topology: Any
 ) -> dict[str, ExecutorComponent]:
     parts: dict[str, ExecutorComponent] = {}
+    standbys: Any = None
     if settings.num_standby_replicas > 0:
         from statekeeper.standby.replicas import StandbyReplicas
 
-        parts["standbys"] = StandbyReplicas(settings, state_dir, executor, topology=topology)
+        standbys = StandbyReplicas(settings, state_dir, executor, topology=topology)
+        parts["standbys"] = standbys
     if settings.query_port is not None:
         from statekeeper.query.server import QueryServer
 
-        parts["query"] = QueryServer(settings, state_dir, executor, topology=topology)
+        def standby_lag(task_id: str) -> int | None:
+            task = standbys.task(task_id) if standbys is not None else None
+            if task is None:
+                return None
+            lags = [n for n in (task.status().get("lag") or {}).values() if n is not None]
+            return sum(lags) if lags else None
+
+        parts["query"] = QueryServer(
+            settings, state_dir, executor, topology=topology, standby_lag=standby_lag
+        )
     return parts
 
 

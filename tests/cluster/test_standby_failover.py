@@ -1,0 +1,243 @@
+"""One standby per task on the two-worker cluster: the active task's worker is killed.
+
+word_count runs with ``num_standby_replicas=1`` and a query server on each executor. Once the
+standbys have caught up, a tail of input goes in and the worker running the tasks is killed
+with SIGKILL. The tasks resume on the other worker from its standby copies, replaying only
+the changelog records the standbys had not applied (asserted small, and reported); point
+queries sent to the surviving executor all the while are answered, by its standby copy with
+a lag figure until the tasks are active there; the standby listener events (update start,
+batch loaded, suspended as promoted) reach the driver; the final store equals an independent
+recomputation, as does every answer the queries gave from an active copy at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_apps.word_count import reference as wc_ref
+from spark_apps.word_count.generator import word_count_lines
+from statekeeper.app.store_reader import read_store
+from statekeeper.generate.producer import produce
+from statekeeper.kafka.topic_reader import read_topic
+from statekeeper.query.client import QueryClient
+from tests.cluster.drain import wait_drained
+from tests.e2e.harness import AppUnderTest
+
+PARTITIONS = 2
+STORE = "word-counts"
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.xdist_group("spark_cluster"),
+    pytest.mark.timeout(600),
+]
+
+
+def _placement(status: dict[str, Any]) -> dict[str, Any]:
+    return status.get("placement") or {}
+
+
+def _batches(status: dict[str, Any]) -> int:
+    return int((status.get("throughput") or {}).get("batches", 0))
+
+
+def _drained(status: dict[str, Any]) -> bool:
+    parts = status.get("source_partitions") or []
+    return bool(parts) and all(p["position"] >= p["end"] for p in parts)
+
+
+def _counting_tasks(status: dict[str, Any]) -> dict[str, Any]:
+    """Placements of the tasks holding the word counts (subtopology 1)."""
+    return {t: p for t, p in (_placement(status).get("tasks") or {}).items() if t.startswith("1_")}
+
+
+def _standbys_caught_up(status: dict[str, Any]) -> bool:
+    tasks = _counting_tasks(status)
+    lag = _placement(status).get("standby_lag") or {}
+    if not tasks or not _drained(status):
+        return False
+    for task, where in tasks.items():
+        if not where.get("standbys"):
+            return False
+        copies = lag.get(task) or {}
+        for executor in where["standbys"]:
+            info = copies.get(executor) or {}
+            values = list((info.get("lag") or {}).values())
+            if info.get("state") != "running" or not values or any(v != 0 for v in values):
+                return False
+    return True
+
+
+def _promoted(status: dict[str, Any]) -> bool:
+    events = _placement(status).get("standby_events") or []
+    return any(e["event"] == "update_suspended" and e["reason"] == "promoted" for e in events)
+
+
+def _query_url(status: dict[str, Any], executor: str) -> str:
+    report = (_placement(status).get("executor_reports") or {}).get(executor) or {}
+    query = report.get("query") or {}
+    assert query.get("port"), f"executor {executor} reports no query server: {report}"
+    return f"http://{query.get('host') or '127.0.0.1'}:{query['port']}"
+
+
+def _worker_of(cluster: Any, executor: str) -> int:
+    for worker in cluster.workers:
+        if any(p.name == executor for p in Path(worker.work_dir).glob("*/*") if p.is_dir()):
+            return worker.index
+    raise AssertionError(f"no worker ran executor {executor}")
+
+
+class _Querier(threading.Thread):
+    """Point gets of ``keys`` against one query server, in a bounded loop, until stopped."""
+
+    def __init__(self, url: str, keys: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.client = QueryClient(url, timeout_s=5.0)
+        self.keys = keys
+        self.answers: list[tuple[float, int, dict[str, Any]]] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop_event.is_set() and i < 200_000:
+            key = self.keys[i % len(self.keys)]
+            try:
+                answer = self.client.get_answer(STORE, key)
+                self.answers.append((time.time(), answer.status, answer.body))
+            except OSError as exc:  # recorded: the test fails on any unanswered query
+                self.answers.append((time.time(), -1, {"error": repr(exc)}))
+            i += 1
+            time.sleep(0.01)
+
+
+def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
+    broker, spark_cluster, tmp_path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    suffix = uuid.uuid4().hex[:6]
+    topic, out = f"lines-{suffix}", f"word-counts-{suffix}"
+    produce_lines = lambda lines: produce(bootstrap, topic, lines, partitions=PARTITIONS)  # noqa: E731
+    lines = list(word_count_lines(24_000, seed=5))
+    base, tail, rest = lines[:20_000], lines[20_000:20_400], lines[20_400:]
+    app = AppUnderTest.create(
+        "word_count",
+        bootstrap,
+        tmp_path,
+        suffix,
+        {"input_topic": topic, "output_topic": out},
+        spark_master=spark_cluster.master_url,
+        num_standby_replicas=1,
+        query_port=0,
+        max_records_per_batch=5_000,
+        commit_interval_ms=500,
+        trigger_interval_ms=200,
+    )
+    produce_lines(base)
+    proc = app.process(0, stop_when_idle=False).start()
+    querier: _Querier | None = None
+    try:
+        ready = proc.wait_for(_standbys_caught_up, 300)
+        tasks = _counting_tasks(ready)
+        actives = [p["executor"] for p in tasks.values()]
+        active = max(set(actives), key=actives.count)
+        moving = sorted(t for t, p in tasks.items() if p["executor"] == active)
+        survivor = next(s for p in tasks.values() for s in p["standbys"] if s != active)
+        assert all(tasks[t]["standbys"] == [survivor] for t in moving), tasks
+
+        # Keys of the tasks that will move, asked at the survivor, which holds their standbys.
+        expected_base = wc_ref.recompute(read_topic(bootstrap, topic)).counts
+        topology = app.spec.build_topology()
+        url = _query_url(ready, survivor)
+        probe = QueryClient(url)
+        keys = [k for k in sorted(expected_base) if probe.metadata(STORE, k)["task"] in moving][:50]
+        assert keys, "no key of the moving tasks"
+        querier = _Querier(url, keys)
+        querier.start()
+        time.sleep(1.0)
+
+        produce_lines(tail)
+        time.sleep(0.5)
+        killed_at = time.time()
+        spark_cluster.kill_worker(_worker_of(spark_cluster, active))
+        proc.wait_for(
+            lambda s: (
+                _drained(s)
+                and all(
+                    (_counting_tasks(s).get(t) or {}).get("executor") == survivor for t in moving
+                )
+            ),
+            180,
+        )
+        time.sleep(1.0)
+        querier.stop_event.set()
+        querier.join(30)
+
+        # Executors report with each batch's results: input in small chunks until the
+        # survivor's report of the promotion has reached the driver.
+        chunks = [rest[i : i + 200] for i in range(0, len(rest), 200)]
+        for chunk in chunks:
+            produce_lines(chunk)
+            if _promoted(proc.status() or {}):
+                break
+            time.sleep(0.5)
+        produce_lines(rest[sum(len(c) for c in chunks[: chunks.index(chunk) + 1]) :])
+        final = wait_drained(proc, bootstrap)
+        proc.terminate()
+        assert proc.wait(120) == 0, (app.workdir / "run0.log").read_text()[-4000:]
+    finally:
+        if querier is not None:
+            querier.stop_event.set()
+        proc.kill9()
+    status = proc.status() or final
+
+    # The moved tasks resumed from the standby copies: only the tail was replayed.
+    restores = {t: (status.get("tasks") or {}).get(t, {}).get("restore") or [] for t in moving}
+    print(f"moved {moving} from executor {active} to {survivor}; restores {json.dumps(restores)}")
+    # Each tail line updates at most one count and one dedupe entry per word.
+    tail_bound = 2 * sum(len((r.value or b"").split()) + 1 for r in tail)
+    for task in moving:
+        counts = [r for r in restores[task] if r["store"] == STORE]
+        assert counts and counts[0]["source"] == "local state", restores[task]
+        assert counts[0]["records"] <= tail_bound, (task, counts, tail_bound)
+    placement = _placement(status)
+    assert any(
+        r["cause"] == "moved" and r["source"] == "local state" for r in placement["restores"]
+    ), placement["restores"]
+    assert placement["moves_by_reason"].get("to standby", 0) >= len(moving), placement
+
+    # Queries during the failover: every one answered; the standby's answers carry a lag.
+    answers = querier.answers
+    assert answers, "no query ran"
+    failed = [(t, s, b) for t, s, b in answers if s != 200]
+    assert not failed, failed[:5]
+    standby = [b for t, _, b in answers if b.get("source") == "standby"]
+    during = [b for t, _, b in answers if t >= killed_at and b.get("source") == "standby"]
+    assert standby and all(isinstance(b.get("lag"), int) for b in standby), standby[:3]
+    assert during, "no standby answer after the kill"
+    late = [b for t, _, b in answers if b.get("source") == "active"]
+    assert late, "the survivor never answered as the active copy"
+    print(
+        f"{len(answers)} queries: {len(standby)} by the standby "
+        f"(lags {sorted({b['lag'] for b in standby})}), {len(late)} by the active copy"
+    )
+
+    # Standby listener events reached the driver.
+    events = placement.get("standby_events") or []
+    kinds = {e["event"] for e in events}
+    assert {"update_start", "batch_loaded"} <= kinds, kinds
+    promoted = [e for e in events if e["event"] == "update_suspended" and e["reason"] == "promoted"]
+    assert promoted, [e for e in events if e["event"] == "update_suspended"]
+    assert all("current_end_offset" in e for e in events if e["event"] == "batch_loaded")
+
+    expected = wc_ref.recompute(read_topic(bootstrap, topic))
+    fresh = app.settings.model_copy(
+        update={"state_dir": tmp_path / "rebuilt", "restore_from_snapshots": False}
+    )
+    assert read_store(fresh, topology, STORE, PARTITIONS) == expected.counts
