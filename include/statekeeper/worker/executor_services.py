@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -89,7 +90,13 @@ def _components(
     if settings.num_standby_replicas > 0:
         from statekeeper.standby.replicas import StandbyReplicas
 
-        standbys = StandbyReplicas(settings, state_dir, executor, topology=topology)
+        standbys = StandbyReplicas(
+            settings,
+            state_dir,
+            executor,
+            topology=topology,
+            installer_for=_snapshot_installer_for(settings, Path(state_dir)),
+        )
         parts["standbys"] = standbys
     if settings.query_port is not None:
         from statekeeper.query.server import QueryServer
@@ -105,6 +112,30 @@ def _components(
             settings, state_dir, executor, topology=topology, standby_lag=standby_lag
         )
     return parts
+
+
+def _snapshot_installer_for(
+    settings: StatekeeperSettings, state_dir: Path
+) -> Callable[[str, int], Any] | None:
+    """A new standby copy starts from the newest verified snapshot, as an active restore
+    does (invariant 4), so it replays only the changelog after it; None when restores from
+    snapshots are off."""
+    from statekeeper.worker.task_snapshots import restores_from_snapshots
+
+    if not restores_from_snapshots(settings):
+        return None
+    from statekeeper.snapshots.install import installer_for
+    from statekeeper.snapshots.storage import storage_for
+
+    local = settings.model_copy(update={"state_dir": state_dir})
+    storage: list[Any] = []  # made at the first use: creating it may touch object storage
+
+    def for_task(task_id: str, partition: int) -> Any:
+        if not storage:
+            storage.append(storage_for(settings, create=True))
+        return installer_for(local, storage[0], task_id, partition)
+
+    return for_task
 
 
 class ExecutorServicesHost:
