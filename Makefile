@@ -81,11 +81,11 @@ screenshot: $(STAMP) browser
 
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
-	STATEKEEPER_E2E_KILLS=3 $(VENV)/bin/pytest -q -n 2 --dist loadgroup -m 'not chaos'
+	STATEKEEPER_E2E_KILLS=3 STATEKEEPER_CLUSTER_KILLS=2 $(VENV)/bin/pytest -q -n 2 --dist loadgroup -m 'not chaos'
 
 # A failing run prints its seed and kill count: rerun with STATEKEEPER_E2E_SEED=<seed>.
 test-chaos: $(STAMP)
-	STATEKEEPER_E2E_KILLS=20 $(VENV)/bin/pytest -q -m 'e2e or chaos' -rA
+	STATEKEEPER_E2E_KILLS=20 STATEKEEPER_CLUSTER_KILLS=10 $(VENV)/bin/pytest -q -m 'e2e or chaos' -rA
 
 demo: $(STAMP)
 	$(PY) -m spark_apps.patient_monitoring.demo

@@ -15,6 +15,7 @@ from statekeeper.kafka.embedded import EmbeddedBroker
 # The longest tests and modules, longest first: make test runs on two xdist workers, and a
 # long test started last would run on alone while the other worker idles.
 RUN_FIRST = (
+    "tests/cluster/",  # one xdist group: a Spark cluster per module, ~5 min in all
     "tests/e2e/test_apps_under_kill9.py::test_word_count",
     "tests/airflow/test_supervision.py",
     "tests/e2e/test_apps_under_kill9.py::test_patient_monitoring",
