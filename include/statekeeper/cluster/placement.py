@@ -69,24 +69,27 @@ class TaskPlacementRegistry:
     ) -> Assignment:
         """The assignment of ``task_ids`` (plus every task seen before) over the ``alive``
         executors. ``avoid`` maps tasks that did not run where they were sent to the
-        executor to move them away from."""
+        executor to move them away from (a task already elsewhere stays there)."""
         if not alive:
             raise ValueError("no live executor to place tasks on")
         avoid = avoid or {}
         alive_set = set(alive)
         tasks = sorted(set(task_ids) | set(self._active))
-        load = Counter(a for t, a in self._active.items() if a in alive_set and t not in avoid)
+        load = Counter(a for t, a in self._active.items() if a in alive_set and avoid.get(t) != a)
         changed = False
         for task in tasks:
             current = self._active.get(task)
-            if current in alive_set and task not in avoid:
+            if current in alive_set and avoid.get(task) != current:
                 continue
             candidates = [e for e in alive if e != avoid.get(task)] or list(alive)
             standby = [e for e in self._standbys.get(task, ()) if e in candidates]
             target = standby[0] if standby else min(candidates, key=lambda e: (load[e], e))
+            if target == current:  # nowhere else to go (a single executor): not a move
+                load[target] += 1
+                continue
             if current is not None:
                 reason = "to standby" if standby else "executor lost"
-                if task in avoid:
+                if avoid.get(task) == current:
                     reason = "not scheduled" + (" (to standby)" if standby else "")
                 self._note_move(task, current, target, reason)
             self._active[task] = target
