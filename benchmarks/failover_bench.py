@@ -415,14 +415,27 @@ def queries(work: Path, cluster: LocalSparkCluster, bootstrap: str, args: Any) -
             if window["query_load"]:
                 lat = window["query_load"].pop("latencies")
                 window["query_load"].update(percentiles_ms(lat))
+        final = proc.status() or {}
+        reports = (final.get("placement") or {}).get("executor_reports") or {}
         return {
             "query_executor": executor,
             "query_server_in_task_process": same_process,
+            "query_server_report": (reports.get(executor) or {}).get("query"),
             "by_rate": by_rate,
             "windows": windows,
         }
     finally:
         proc.kill9()
+
+
+def pair_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
+    """with ÷ without processing rate of each off/on pair (windows in run order)."""
+    ratios: list[float | None] = []
+    for a, b in zip(windows[::2], windows[1::2], strict=False):
+        on, off = (a, b) if a["queries"] else (b, a)
+        usable = not (a["drained"] or b["drained"]) and off["processing_rps"]
+        ratios.append(round(on["processing_rps"] / off["processing_rps"], 3) if usable else None)
+    return ratios
 
 
 def summarize_rate(rate: float, windows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -464,6 +477,8 @@ def summarize_rate(rate: float, windows: list[dict[str, Any]]) -> dict[str, Any]
         "processing_ratio_with_to_without": (
             round(with_q / without_q, 3) if with_q and without_q else None
         ),
+        # Each ABBA pair's own ratio (adjacent windows): less exposed to the drift.
+        "pair_ratios": pair_ratios(mine),
         # The spread of single windows: how much of the ratio is this machine's noise.
         "processing_rps_without_windows": off,
         "processing_rps_with_queries_windows": on,
@@ -542,6 +557,7 @@ def main() -> None:
                     query_threads=args.query_threads,
                     query_window_seconds=args.window_s,
                     query_server_in_task_process=q["query_server_in_task_process"],
+                    query_server_report=q["query_server_report"],
                     query_by_rate=q["by_rate"],
                     query_windows=q["windows"],
                 )
