@@ -1,0 +1,238 @@
+"""The executors' side of placement: which executor a process belongs to and where its state
+lives, the share each Spark task takes (only shares placed on its executor, each once per
+job), the published assignment a parked task checks before committing what it holds, and
+``ParkedTask.commit_held`` dropping a moved task's held batches. No Spark, no broker."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statekeeper.cluster.assignment import Assignment, TaskPlacement
+from statekeeper.cluster.executor import (
+    DRIVER_EXECUTOR_ID,
+    EXECUTOR_STATE_DIR_ENV,
+    executor_of_process,
+    executor_state_dir,
+)
+from statekeeper.kafka.model import OffsetRange
+from statekeeper.worker.executor_services import publish_assignment, read_assignment
+from statekeeper.worker.parked_tasks import ParkedTask
+from statekeeper.worker.task_run import TaskRun
+from statekeeper.worker.task_runner import _still_placed_here, _take_share
+
+APP = "placed"
+
+
+# -- executor identity and state directory ----------------------------------------------------
+
+
+@pytest.fixture
+def fake_executor_jvm():
+    """A process started like Spark's executor JVM (``--executor-id 7 --hostname h7``) with
+    a child, as a Python daemon is."""
+    child_code = "import subprocess, sys, time; time.sleep(60)"
+    parent_code = (
+        "import subprocess, sys; "
+        f"c = subprocess.Popen([sys.executable, '-c', {child_code!r}]); "
+        "print(c.pid, flush=True); c.wait()"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code, "--executor-id", "7", "--hostname", "h7"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = int(parent.stdout.readline())
+    try:
+        yield parent.pid, child
+    finally:
+        os.kill(child, signal.SIGKILL)  # the parent then returns from wait()
+        parent.wait(timeout=10)
+
+
+def test_a_process_under_an_executor_jvm_belongs_to_that_executor(fake_executor_jvm):
+    jvm, worker = fake_executor_jvm
+    identity = executor_of_process(worker)
+    assert (identity.executor_id, identity.host, identity.jvm_pid) == ("7", "h7", jvm)
+    assert identity.name == "7"
+    assert executor_of_process(jvm).executor_id == "7"
+
+
+def test_a_process_under_no_executor_jvm_is_the_driver():
+    identity = executor_of_process(os.getpid())
+    assert (identity.executor_id, identity.jvm_pid) == (DRIVER_EXECUTOR_ID, 0)
+    assert executor_of_process(2**22 + 12345).executor_id == DRIVER_EXECUTOR_ID  # no such pid
+
+
+def test_the_executor_state_dir_comes_from_the_environment_first(tmp_path, monkeypatch):
+    monkeypatch.delenv(EXECUTOR_STATE_DIR_ENV, raising=False)
+    assert executor_state_dir(tmp_path / "default") == tmp_path / "default"
+    monkeypatch.setenv(EXECUTOR_STATE_DIR_ENV, str(tmp_path / "exec-2"))
+    assert executor_state_dir(tmp_path / "default") == tmp_path / "exec-2"
+    monkeypatch.setenv(EXECUTOR_STATE_DIR_ENV, "")  # empty: not set
+    assert executor_state_dir(tmp_path / "default") == tmp_path / "default"
+
+
+# -- shares ---------------------------------------------------------------------------------
+
+
+def _run(task_id: str, executor: str | None, epoch: int = 1) -> TaskRun:
+    partition = int(task_id.split("_")[1])
+    ranges = (OffsetRange("in", partition, 0, 10),)
+    return TaskRun(task_id, 0, partition, ranges, 0, 0, executor=executor, epoch=epoch)
+
+
+def _shares() -> list[list[TaskRun]]:
+    """Shares 0 and 2 on executor "1", 1 and 3 on executor "2"."""
+    return [
+        [_run("0_0", "1"), _run("0_4", "1")],
+        [_run("0_1", "2")],
+        [_run("0_2", "1")],
+        [_run("0_3", "2")],
+    ]
+
+
+def _ids(share: list[TaskRun]) -> list[str]:
+    return [r.task_id for r in share]
+
+
+def test_a_spark_task_takes_its_own_share_when_it_is_placed_on_its_executor(tmp_path):
+    shares = _shares()
+    assert _ids(_take_share(2, shares, "job", "1", tmp_path, APP)) == ["0_2"]
+    assert _ids(_take_share(0, shares, "job", "1", tmp_path, APP)) == ["0_0", "0_4"]
+    assert _take_share(0, shares, "job", "1", tmp_path, APP) == []  # all of "1" taken
+
+
+def test_a_spark_task_takes_the_first_free_share_of_its_executor_else_nothing(tmp_path):
+    shares = _shares()
+    # Index 1 is executor "2"'s share: a Spark task on "1" takes one of "1"'s instead.
+    assert _ids(_take_share(1, shares, "job", "1", tmp_path, APP)) == ["0_0", "0_4"]
+    assert _ids(_take_share(3, shares, "job", "1", tmp_path, APP)) == ["0_2"]
+    assert _take_share(5, shares, "job", "1", tmp_path, APP) == []
+    # Executor "2"'s shares are still there for its own Spark tasks.
+    assert _ids(_take_share(0, shares, "job", "2", tmp_path, APP)) == ["0_1"]
+    assert _ids(_take_share(0, shares, "job", "2", tmp_path, APP)) == ["0_3"]
+    # An executor with nothing placed on it runs nothing (and does not touch the disk).
+    assert _take_share(0, shares, "job", "3", tmp_path / "elsewhere", APP) == []
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_shares_are_taken_once_per_job(tmp_path):
+    shares = _shares()
+    assert _ids(_take_share(2, shares, "job-a", "1", tmp_path, APP)) == ["0_2"]
+    assert _ids(_take_share(2, shares, "job-b", "1", tmp_path, APP)) == ["0_2"]  # a new pass
+
+
+def test_unplaced_runs_are_taken_anywhere(tmp_path):
+    shares = [[_run("0_0", None)], [_run("0_1", None)]]
+    assert _ids(_take_share(1, shares, "job", "9", tmp_path, APP)) == ["0_1"]
+    assert _ids(_take_share(1, shares, "job", "driver", tmp_path, APP)) == ["0_0"]
+
+
+def _take_in_process(args: tuple) -> list[str]:
+    index, shares, state_dir = args
+    return _ids(_take_share(index, shares, "race", "1", Path(state_dir), APP))
+
+
+def test_concurrent_spark_tasks_of_one_executor_take_each_share_once(tmp_path):
+    shares = [[_run(f"0_{p}", "1" if p % 3 else "2")] for p in range(12)]
+    with multiprocessing.get_context("fork").Pool(6) as pool:
+        taken = pool.map(_take_in_process, [(i, shares, str(tmp_path)) for i in range(16)])
+    ran = [t for share in taken for t in share]
+    placed_on_1 = [r.task_id for share in shares for r in share if r.executor == "1"]
+    assert sorted(ran) == sorted(placed_on_1)  # each once, none of executor "2"
+
+
+# -- the published assignment and the parked task's check -----------------------------------
+
+
+def _assignment(version: int, active: str = "1", epoch: int = 1) -> Assignment:
+    return Assignment(APP, version, {"0_0": TaskPlacement(active, ("2",), epoch)})
+
+
+def test_publish_keeps_a_newer_version_on_disk(tmp_path):
+    assert read_assignment(tmp_path, APP) is None
+    publish_assignment(tmp_path, _assignment(3))
+    assert read_assignment(tmp_path, APP) == _assignment(3)
+    publish_assignment(tmp_path, _assignment(2, active="2"))  # a late Spark task's older copy
+    assert read_assignment(tmp_path, APP) == _assignment(3)
+    publish_assignment(tmp_path, _assignment(4, active="2", epoch=2))
+    assert read_assignment(tmp_path, APP) == _assignment(4, active="2", epoch=2)
+    assert [p.name for p in (tmp_path / APP / ".executor").iterdir()] == ["assignment.json"]
+
+
+def test_an_unreadable_published_assignment_reads_as_none(tmp_path):
+    publish_assignment(tmp_path, _assignment(1))
+    (tmp_path / APP / ".executor" / "assignment.json").write_text("{not json")
+    assert read_assignment(tmp_path, APP) is None
+
+
+def test_still_placed_here_while_no_assignment_is_published(tmp_path):
+    assert _still_placed_here(tmp_path, APP, "0_0", "1", 1)()
+
+
+def test_still_placed_here_follows_the_published_assignment(tmp_path):
+    check = _still_placed_here(tmp_path, APP, "0_0", "1", 1)
+    publish_assignment(tmp_path, _assignment(1))
+    assert check()
+    publish_assignment(tmp_path, _assignment(2, active="2", epoch=2))  # moved away
+    assert not check()
+    publish_assignment(tmp_path, _assignment(3, active="1", epoch=3))  # back, newer epoch
+    assert not check()
+    assert _still_placed_here(tmp_path, APP, "0_0", "1", 3)()
+    # A task the assignment does not name (yet) is not taken away.
+    assert _still_placed_here(tmp_path, APP, "1_0", "1", 1)()
+
+
+class StubTransaction:
+    def __init__(self) -> None:
+        self.commits = 0
+
+    def commit(self) -> None:
+        self.commits += 1
+
+
+class StubState:
+    """What ParkedTask.commit_held and close need of a task state."""
+
+    task_id = "0_0"
+    specs: list = []
+
+    def __init__(self, transaction: StubTransaction | None) -> None:
+        self.transaction = transaction
+        self.closed = False
+
+    def pending_transaction(self) -> StubTransaction | None:
+        return self.transaction
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_commit_held_commits_while_the_task_is_placed_here():
+    transaction = StubTransaction()
+    ParkedTask(StubState(transaction), None, epoch=1, still_placed_here=lambda: True).commit_held()
+    assert transaction.commits == 1
+    ParkedTask(StubState(transaction), None).commit_held()  # no check (single process)
+    assert transaction.commits == 2
+    ParkedTask(StubState(None), None, still_placed_here=lambda: True).commit_held()  # nothing held
+
+
+def test_commit_held_drops_the_held_batches_of_a_task_that_moved_away(tmp_path, caplog):
+    transaction = StubTransaction()
+    state = StubState(transaction)
+    parked = ParkedTask(
+        state, None, epoch=1, still_placed_here=_still_placed_here(tmp_path, APP, "0_0", "1", 1)
+    )
+    publish_assignment(tmp_path, _assignment(5, active="2", epoch=2))
+    parked.commit_held()
+    assert transaction.commits == 0
+    assert "moved away" in caplog.text
+    parked.close()
+    assert state.closed
