@@ -34,13 +34,16 @@ class ExecutorEndpoint:
 
 @dataclass(frozen=True)
 class Assignment:
-    """The placement of every task of an app (``version`` grows with every change)."""
+    """The placement of every task of an app (``version`` grows with every change, within
+    one app run: ``run_id`` names the driver's run, as a restarted driver counts from 1
+    again)."""
 
     application_id: str
     version: int
     tasks: dict[str, TaskPlacement] = field(default_factory=dict)
     executors: dict[str, ExecutorEndpoint] = field(default_factory=dict)
     num_standby_replicas: int = 0
+    run_id: str = ""
 
     def active_of(self, task_id: str) -> str | None:
         placement = self.tasks.get(task_id)
@@ -73,4 +76,5 @@ class Assignment:
             },
             executors={e: ExecutorEndpoint(**v) for e, v in raw.get("executors", {}).items()},
             num_standby_replicas=int(raw.get("num_standby_replicas", 0)),
+            run_id=str(raw.get("run_id", "")),
         )

@@ -13,6 +13,7 @@ while alive, the least loaded otherwise.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ class TaskPlacementRegistry:
 
     def __init__(self, application_id: str, num_standby_replicas: int = 0) -> None:
         self.application_id = application_id
+        self.run_id = uuid.uuid4().hex[:12]  # versions count from 1 again in every run
         self.num_standby_replicas = num_standby_replicas
         self._active: dict[str, str] = {}
         self._standbys: dict[str, tuple[str, ...]] = {}
@@ -108,6 +110,7 @@ class TaskPlacementRegistry:
             },
             executors={e: self._endpoints.get(e, ExecutorEndpoint(e, "")) for e in alive},
             num_standby_replicas=self.num_standby_replicas,
+            run_id=self.run_id,
         )
         return self._last
 

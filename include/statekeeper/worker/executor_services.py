@@ -52,11 +52,15 @@ def services_dir(state_dir: Path, application_id: str) -> Path:
 
 def publish_assignment(state_dir: Path, assignment: Assignment) -> None:
     """Hand the driver's assignment to this executor's host (atomic replace; a newer
-    version on disk is kept)."""
+    version of the same app run on disk is kept, a previous run's is replaced)."""
     folder = services_dir(state_dir, assignment.application_id)
     folder.mkdir(parents=True, exist_ok=True)
     current = read_assignment(state_dir, assignment.application_id)
-    if current is not None and current.version > assignment.version:
+    if (
+        current is not None
+        and current.run_id == assignment.run_id
+        and current.version > assignment.version
+    ):
         return
     tmp = folder / f"assignment.json.{os.getpid()}"
     tmp.write_text(assignment.to_json())
@@ -157,6 +161,7 @@ class ExecutorServicesHost:
         self._stop = threading.Event()
         self.components = _components(settings, self.state_dir, executor, topology)
         self._version = -1
+        self._run_id: str | None = None
         self._thread = threading.Thread(
             target=self._loop, name="statekeeper-executor-services", daemon=True
         )
@@ -167,10 +172,13 @@ class ExecutorServicesHost:
         while not self._stop.is_set():
             try:
                 assignment = read_assignment(self.state_dir, self.settings.application_id)
-                if assignment is not None and assignment.version != self._version:
+                if assignment is not None and (assignment.run_id, assignment.version) != (
+                    self._run_id,
+                    self._version,
+                ):
                     for component in self.components.values():
                         component.reconcile(assignment)
-                    self._version = assignment.version
+                    self._run_id, self._version = assignment.run_id, assignment.version
                 if time.monotonic() - reported >= REPORT_EVERY_S:
                     self._write_report()
                     reported = time.monotonic()

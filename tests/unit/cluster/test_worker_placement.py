@@ -236,3 +236,26 @@ def test_commit_held_drops_the_held_batches_of_a_task_that_moved_away(tmp_path, 
     assert "moved away" in caplog.text
     parked.close()
     assert state.closed
+
+
+def test_a_new_app_run_replaces_the_last_run_assignment_on_disk(tmp_path):
+    # State directories outlive an app run, and so does the assignment published there; a
+    # restarted driver numbers its assignments from 1 again. The last run's higher version
+    # must not hide the new run's placement (its epochs, standbys and query endpoints).
+    from statekeeper.cluster.placement import TaskPlacementRegistry
+
+    last_run = TaskPlacementRegistry(APP)
+    for alive in (["1", "2"], ["2"], ["1", "2"], ["1"], ["1", "2"]):
+        publish_assignment(tmp_path, last_run.plan(["0_0", "0_1"], alive))
+    assert read_assignment(tmp_path, APP).version == 5
+    new_run = TaskPlacementRegistry(APP)
+    first = new_run.plan(["0_0", "0_1"], ["1", "2"])
+    publish_assignment(tmp_path, first)
+    assert read_assignment(tmp_path, APP) == first
+    placed_on_1 = next(t for t, p in first.tasks.items() if p.active == "1")
+    assert _still_placed_here(tmp_path, APP, placed_on_1, "1", 1)()
+    # Within the new run, a late Spark task's older copy is still ignored.
+    second = new_run.plan(["0_0", "0_1"], ["1", "2", "3"])
+    publish_assignment(tmp_path, second)
+    publish_assignment(tmp_path, first)
+    assert read_assignment(tmp_path, APP) == second
