@@ -91,7 +91,7 @@ class TaskPlacementRegistry:
                 continue
             if current is not None:
                 reason = "to standby" if standby else "executor lost"
-                if avoid.get(task) == current:
+                if current in alive_set:  # moved only because it did not run there
                     reason = "not scheduled" + (" (to standby)" if standby else "")
                 self._note_move(task, current, target, reason)
             self._active[task] = target

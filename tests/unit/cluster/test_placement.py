@@ -117,6 +117,24 @@ def test_avoid_prefers_the_task_standby_executor():
     assert registry.moves[-1].reason == "not scheduled (to standby)"
 
 
+def test_a_task_avoided_on_an_executor_that_is_gone_moved_because_it_was_lost():
+    # The app also puts a task in ``avoid`` when its executor vanished during the pass: the
+    # move's reason is the lost executor (runtime.md; the failover test counts "to standby").
+    registry = TaskPlacementRegistry("app", num_standby_replicas=1)
+    registry.plan(["0_0", "0_1"], ["1", "2", "3"])
+    active = registry.active_of("0_0")
+    (standby,) = registry.last.standbys_of("0_0")
+    survivors = [e for e in ("1", "2", "3") if e != active]
+    registry.plan(["0_0", "0_1"], survivors, avoid={"0_0": active})
+    assert registry.active_of("0_0") == standby
+    assert registry.moves[-1].reason == "to standby"
+    plain = TaskPlacementRegistry("app")
+    plain.plan(["0_0"], ["1", "2"])
+    gone = plain.active_of("0_0")
+    plain.plan(["0_0"], [e for e in ("1", "2", "3") if e != gone], avoid={"0_0": gone})
+    assert plain.moves[-1].reason == "executor lost"
+
+
 def test_a_task_moved_away_by_avoid_stays_where_it_went_in_later_passes():
     # The app keeps its ``avoid`` map over a batch's passes and plans every task each pass:
     # a task moved away from "1" (and run on "2") must not move again.
