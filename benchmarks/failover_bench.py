@@ -514,6 +514,8 @@ def main() -> None:
             "python": platform.python_version(),
             "pyspark": pyspark.__version__,
             "cluster": "local standalone: 2 workers x 1 core, 1g executors, one host",
+            # Other work on the machine skews every figure: the 1-minute load, start and end.
+            "load_average_start": round(os.getloadavg()[0], 2),
         },
         "keys": args.keys,
     }
@@ -564,6 +566,7 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    result["machine"]["load_average_end"] = round(os.getloadavg()[0], 2)
     text = json.dumps(result)
     print(text)
     if args.output:
