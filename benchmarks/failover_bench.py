@@ -248,6 +248,8 @@ def failover(
             "restore_reason": restore.get("reason"),
             "end_to_end_seconds": round(after["last_batch"]["finished_at"] - killed_at, 2),
             "first_batch_after_kill": after.get("last_batch"),
+            # The task's own phases on the survivor (open includes the restore).
+            "task_seconds_after_kill": ((after.get("tasks") or {}).get(TASK) or {}).get("seconds"),
             "restores": placement.get("restores"),
             "moves_by_reason": placement.get("moves_by_reason"),
             "trickle_rps": args.trickle_rps,
