@@ -259,3 +259,60 @@ def test_a_new_app_run_replaces_the_last_run_assignment_on_disk(tmp_path):
     publish_assignment(tmp_path, second)
     publish_assignment(tmp_path, first)
     assert read_assignment(tmp_path, APP) == second
+
+
+class RecordingComponent:
+    """An executor component that keeps the assignments it is given."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+
+    def reconcile(self, assignment: Assignment) -> None:
+        self.seen.append((assignment.run_id, assignment.version))
+
+    def report(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _wait_for(condition, timeout_s: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_the_services_host_reconciles_a_new_run_assignment_of_the_same_version(
+    tmp_path, monkeypatch
+):
+    from statekeeper.cluster.executor import ExecutorIdentity
+    from statekeeper.settings import StatekeeperSettings
+    from statekeeper.worker import executor_services
+
+    component = RecordingComponent()
+    monkeypatch.setattr(executor_services, "_components", lambda *a: {"fake": component})
+    settings = StatekeeperSettings(
+        bootstrap_servers="127.0.0.1:1", application_id=APP, state_dir=tmp_path, status_port=None
+    )
+    folder = executor_services.services_dir(tmp_path, APP)
+    folder.mkdir(parents=True)
+    fd = os.open(folder / "host.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    host = executor_services.ExecutorServicesHost(
+        settings, tmp_path, ExecutorIdentity("1", "h1", 0), fd
+    )
+    try:
+        publish_assignment(tmp_path, Assignment(APP, 1, run_id="run-a"))
+        _wait_for(lambda: component.seen == [("run-a", 1)])
+        publish_assignment(tmp_path, Assignment(APP, 1, run_id="run-b"))  # a restarted driver
+        _wait_for(lambda: component.seen == [("run-a", 1), ("run-b", 1)])
+        _wait_for(
+            lambda: (
+                (executor_services.read_report(tmp_path, APP) or {}).get("assignment_version") == 1
+            )
+        )
+    finally:
+        host.close()
