@@ -143,6 +143,12 @@ class StatekeeperSettings(BaseSettings):
         "up to date from the changelog (Kafka Streams' num.standby.replicas); a task that "
         "moves to its standby's executor replays only the tail",
     )
+    acceptable_recovery_lag: int = Field(
+        10_000,
+        ge=0,
+        description="A standby copy at most this many changelog records behind is caught up: "
+        "a task may move to it to even out the executors' load (Kafka Streams' name)",
+    )
     query_host: str = Field("127.0.0.1", description="Bind address of each executor's query server")
     query_port: int | None = Field(
         None,

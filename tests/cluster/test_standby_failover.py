@@ -6,8 +6,10 @@ with SIGKILL. The tasks resume on the other worker from its standby copies, repl
 the changelog records the standbys had not applied (asserted small, and reported); point
 queries sent to the surviving executor all the while are answered, by its standby copy with
 a lag figure until the tasks are active there; the standby listener events (update start,
-batch loaded, suspended as promoted) reach the driver; the final store equals an independent
-recomputation, as does every answer the queries gave from an active copy at the end.
+batch loaded, suspended as promoted) reach the driver. The killed worker then comes back,
+its executor gets standby copies, and once they are caught up tasks move back to it one at a
+time (a balancing move, replaying next to nothing). The final store equals an independent
+recomputation.
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ def _promoted(status: dict[str, Any]) -> bool:
     return any(e["event"] == "update_suspended" and e["reason"] == "promoted" for e in events)
 
 
+def _balanced(status: dict[str, Any]) -> bool:
+    """Both executors run counting tasks, and at least one got there by a balancing move."""
+    executors = {p["executor"] for p in _counting_tasks(status).values()}
+    moves = _placement(status).get("moves_by_reason") or {}
+    return len(executors) == 2 and moves.get("balance (caught-up standby)", 0) >= 1
+
+
 def _query_url(status: dict[str, Any], executor: str) -> str:
     report = (_placement(status).get("executor_reports") or {}).get(executor) or {}
     query = report.get("query") or {}
@@ -124,7 +133,7 @@ def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
     suffix = uuid.uuid4().hex[:6]
     topic, out = f"lines-{suffix}", f"word-counts-{suffix}"
     produce_lines = lambda lines: produce(bootstrap, topic, lines, partitions=PARTITIONS)  # noqa: E731
-    lines = list(word_count_lines(24_000, seed=5))
+    lines = list(word_count_lines(40_000, seed=5))
     base, tail, rest = lines[:20_000], lines[20_000:20_400], lines[20_400:]
     app = AppUnderTest.create(
         "word_count",
@@ -181,14 +190,20 @@ def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
 
         # Executors report with each batch's results: input in small chunks until the
         # survivor's report of the promotion has reached the driver.
-        chunks = [rest[i : i + 200] for i in range(0, len(rest), 200)]
-        for chunk in chunks:
-            produce_lines(chunk)
-            if _promoted(proc.status() or {}):
-                break
+        chunks = [rest[i : i + 100] for i in range(0, len(rest), 100)]
+        while chunks and not _promoted(proc.status() or {}):
+            produce_lines(chunks.pop(0))
             time.sleep(0.5)
-        produce_lines(rest[sum(len(c) for c in chunks[: chunks.index(chunk) + 1]) :])
+        # The killed worker comes back: its executor gets standbys, which catch up, and the
+        # tasks spread over both executors again, moved to caught-up copies one at a time.
+        victim = _worker_of(spark_cluster, active)
+        spark_cluster.restart_worker(victim)
+        while chunks and not _balanced(proc.status() or {}):
+            produce_lines(chunks.pop(0))
+            time.sleep(0.5)
+        produce_lines([r for chunk in chunks for r in chunk])
         final = wait_drained(proc, bootstrap)
+        balanced = _balanced(final)
         proc.terminate()
         assert proc.wait(120) == 0, (app.workdir / "run0.log").read_text()[-4000:]
     finally:
@@ -235,6 +250,9 @@ def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
     promoted = [e for e in events if e["event"] == "update_suspended" and e["reason"] == "promoted"]
     assert promoted, [e for e in events if e["event"] == "update_suspended"]
     assert all("current_end_offset" in e for e in events if e["event"] == "batch_loaded")
+
+    # The restarted worker's executor got work back through caught-up standbys.
+    assert balanced, _placement(final)
 
     expected = wc_ref.recompute(read_topic(bootstrap, topic))
     fresh = app.settings.model_copy(

@@ -42,6 +42,7 @@ class ExecutorPlacement:
         self.registry = TaskPlacementRegistry(
             settings.application_id, settings.num_standby_replicas
         )
+        self.acceptable_recovery_lag = settings.acceptable_recovery_lag
         self._last_ran: dict[str, str] = {}  # task -> executor of its last run (this app run)
         self.restores: Counter[tuple[str, str]] = Counter()  # (cause, source) -> count
         self.restored_records: Counter[str] = Counter()  # cause -> records replayed
@@ -56,7 +57,9 @@ class ExecutorPlacement:
         self, runs: list[TaskRun], alive: list[str], avoid: dict[str, str] | None = None
     ) -> tuple[list[TaskRun], Assignment]:
         """``runs`` tagged with their executor and epoch, and the assignment they follow."""
-        assignment = self.registry.plan((r.task_id for r in runs), alive, avoid=avoid)
+        assignment = self.registry.plan(
+            (r.task_id for r in runs), alive, avoid=avoid, caught_up=self.caught_up_standbys()
+        )
         placed = [
             replace(
                 r, executor=assignment.active_of(r.task_id), epoch=assignment.epoch_of(r.task_id)
@@ -138,6 +141,23 @@ class ExecutorPlacement:
         last = self.registry.last
         alive = set(last.executors) if last else set(self.reports)
         return {e: r for e, r in self.reports.items() if e in alive}
+
+    def caught_up_standbys(self) -> dict[str, set[str]]:
+        """Per task, the live executors whose standby copy is running and at most
+        ``acceptable_recovery_lag`` changelog records behind (Kafka Streams' name)."""
+        out: dict[str, set[str]] = {}
+        for task, copies in self.standby_lag().items():
+            for executor, info in copies.items():
+                raw = info.get("lag")
+                lags = list(raw.values()) if isinstance(raw, dict) else [raw]
+                if (
+                    info.get("state") == "running"
+                    and lags
+                    and all(n is not None for n in lags)
+                    and sum(lags) <= self.acceptable_recovery_lag
+                ):
+                    out.setdefault(task, set()).add(executor)
+        return out
 
     def standby_lag(self) -> dict[str, dict[str, Any]]:
         """Per task, the standby copies' lag by executor (executors report with the results

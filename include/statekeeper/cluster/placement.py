@@ -68,10 +68,13 @@ class TaskPlacementRegistry:
         alive: list[str],
         *,
         avoid: dict[str, str] | None = None,
+        caught_up: dict[str, set[str]] | None = None,
     ) -> Assignment:
         """The assignment of ``task_ids`` (plus every task seen before) over the ``alive``
         executors. ``avoid`` maps tasks that did not run where they were sent to the
-        executor to move them away from (a task already elsewhere stays there)."""
+        executor to move them away from (a task already elsewhere stays there).
+        ``caught_up`` maps tasks to the executors whose standby copy of them is caught up:
+        one such task may move there to even out the load (see :meth:`_balance`)."""
         if not alive:
             raise ValueError("no live executor to place tasks on")
         avoid = avoid or {}
@@ -98,6 +101,8 @@ class TaskPlacementRegistry:
             self._epoch[task] = self._epoch.get(task, 0) + 1
             load[target] += 1
             changed = True
+        if not avoid and caught_up:
+            changed |= self._balance(set(task_ids), alive, caught_up)
         changed |= self._place_standbys(tasks, alive)
         if changed or self._last is None or set(self._last.executors) != alive_set:
             self._version += 1
@@ -113,6 +118,40 @@ class TaskPlacementRegistry:
             run_id=self.run_id,
         )
         return self._last
+
+    def _balance(
+        self, runnable: set[str], alive: list[str], caught_up: dict[str, set[str]]
+    ) -> bool:
+        """Kafka Streams' probing rebalance, cut down: when one executor runs two or more
+        tasks more than another (e.g. a restarted worker that got nothing back), move one
+        task of the busiest to the least busy, if a caught-up standby copy of it is there
+        (so the move replays next to nothing). The old active becomes that task's standby
+        (its copy is the freshest). One move per plan, so load evens out over a few batches
+        and a flapping executor list cannot move everything at once."""
+        if len(alive) < 2:
+            return False
+        alive_set = set(alive)
+        load = Counter({e: 0 for e in alive})
+        load.update(a for a in self._active.values() if a in alive_set)
+        busiest = max(alive, key=lambda e: (load[e], e))
+        idlest = min(alive, key=lambda e: (load[e], e))
+        if load[busiest] - load[idlest] < 2:
+            return False
+        movable = sorted(
+            t
+            for t in runnable
+            if self._active.get(t) == busiest and idlest in caught_up.get(t, set())
+        )
+        if not movable:
+            return False
+        task = movable[0]
+        self._note_move(task, busiest, idlest, "balance (caught-up standby)")
+        self._active[task] = idlest
+        self._epoch[task] = self._epoch.get(task, 0) + 1
+        self._standbys[task] = tuple(
+            busiest if e == idlest else e for e in self._standbys.get(task, ())
+        )
+        return True
 
     def _place_standbys(self, tasks: list[str], alive: list[str]) -> bool:
         if self.num_standby_replicas <= 0:

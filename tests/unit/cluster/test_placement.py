@@ -341,3 +341,38 @@ def test_assignment_from_json_defaults_missing_fields():
     assert back.tasks == {"0_0": TaskPlacement("1", (), 0)}
     assert back.executors == {}
     assert back.num_standby_replicas == 0
+
+
+def test_load_evens_out_onto_caught_up_standbys_one_move_per_plan():
+    registry = TaskPlacementRegistry("app", num_standby_replicas=1)
+    tasks = [f"0_{p}" for p in range(4)]
+    registry.plan(tasks, ["1"])  # one executor: everything there
+    registry.plan(tasks, ["1", "2"])  # a second one joins: it gets standbys, not tasks
+    assert set(_placement(registry).values()) == {"1"}
+    assert all(registry.last.standbys_of(t) == ("2",) for t in tasks)  # type: ignore[union-attr]
+    # Not caught up yet: nothing moves.
+    registry.plan(tasks, ["1", "2"], caught_up={})
+    assert set(_placement(registry).values()) == {"1"}
+    # Caught up: one task moves per plan, the old active becomes its standby, until even.
+    caught = {t: {"2"} for t in tasks}
+    before = _epochs(registry)
+    registry.plan(tasks, ["1", "2"], caught_up=caught)
+    moved = [t for t in tasks if _placement(registry)[t] == "2"]
+    assert len(moved) == 1 and registry.last.standbys_of(moved[0]) == ("1",)  # type: ignore[union-attr]
+    assert _epochs(registry)[moved[0]] == before[moved[0]] + 1
+    assert registry.moves_by_reason["balance (caught-up standby)"] == 1
+    registry.plan(tasks, ["1", "2"], caught_up=caught)
+    registry.plan(tasks, ["1", "2"], caught_up=caught)  # 2-2: even, no third move
+    assert sorted(_placement(registry).values()) == ["1", "1", "2", "2"]
+    assert registry.moves_by_reason["balance (caught-up standby)"] == 2
+
+
+def test_no_balancing_in_retry_passes_or_without_a_caught_up_copy_there():
+    registry = TaskPlacementRegistry("app", num_standby_replicas=1)
+    tasks = ["0_0", "0_1", "0_2"]
+    registry.plan(tasks, ["1"])
+    registry.plan(tasks, ["1", "2"])
+    registry.plan(tasks, ["1", "2"], avoid={"9_9": "1"}, caught_up={t: {"2"} for t in tasks})
+    assert set(_placement(registry).values()) == {"1"}  # a retry pass never balances
+    registry.plan(tasks, ["1", "2"], caught_up={t: {"3"} for t in tasks})  # copies elsewhere
+    assert set(_placement(registry).values()) == {"1"}
