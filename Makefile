@@ -30,7 +30,8 @@ help:
 	@echo "make screenshot    the State stores page's browser test, saving docs/img/state_stores.png"
 	@echo "make test-chaos    the e2e tests with 20 random kill -9s per app (seeds printed) and the chaos series"
 	@echo "make lint          ruff only"
-	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery"
+	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery;"
+	@echo "                   then word_count on a 2-worker cluster: standbys, queries, worker kill -9"
 	@echo "make up            the embedded platform on 127.0.0.1 (broker + Airflow, DAGs unpaused,"
 	@echo "                   apps launched) under var/platform; prints the UI address and login"
 	@echo "make down          stop everything make up started (by PID files)"
@@ -89,6 +90,7 @@ test-chaos: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m spark_apps.patient_monitoring.demo
+	$(PY) -m spark_apps.word_count.cluster_demo
 
 # Ports: AIRFLOW_PORT / BROKER_PORT (default: the last ones used, else 8080 / 9092).
 up: $(STAMP)
