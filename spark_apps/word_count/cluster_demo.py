@@ -479,8 +479,12 @@ class _Scene:
         after = self.proc.status() or after or moved
         console.print(_tasks_table("counting tasks after the kill", after, self.workers, tasks))
         moves = _placement(after).get("moves_by_reason") or {}
+        restores = _placement(after).get("restores") or []
         console.print(
-            "moves by reason: " + ", ".join(f"{r}: {n}" for r, n in sorted(moves.items()))
+            "moves by reason (every task, splitting ones included): "
+            + ", ".join(f"{r}: {n}" for r, n in sorted(moves.items()))
+            + "; restores by cause: "
+            + ", ".join(f"{r['cause']} from {r['source']}: {r['count']}" for r in restores)
         )
         if moves.get("to standby", 0) < len(moving):
             self.problems.append(f"{len(moving)} tasks moved but moves_by_reason is {moves}")
@@ -568,6 +572,7 @@ class _Scene:
             self.problems.append(f"word_count exited with {code}; see {self.proc.log_path}")
             return
         console.rule("check: the store rebuilt from its changelog vs a recomputation")
+        console.print("rebuilding every task's stores from the changelog in a fresh directory:")
         settings = self.spec.resolved_settings(**self.overrides).model_copy(
             update={"state_dir": self.work / "rebuilt", "restore_from_snapshots": False}
         )
