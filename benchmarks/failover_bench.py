@@ -284,6 +284,8 @@ class QueryLoad:
         self.client = QueryClient(url, timeout_s=5.0)
         self.keys, self.threads = keys, threads
         self._lock = threading.Lock()
+        self.missing: list[dict[str, Any]] = []  # the first answers "not found" (a defect)
+        self.errors: list[dict[str, Any]] = []  # the first answers other than 200
 
     def run_for(self, seconds: float, rps: float) -> dict[str, Any]:
         """Gets for ``seconds`` at up to ``rps``; latencies (s) of the 200s and counts."""
@@ -311,7 +313,12 @@ class QueryLoad:
                     statuses[answer.status] = statuses.get(answer.status, 0) + 1
                     if answer.status == 200:
                         latencies.append(elapsed)
-                        not_found += 0 if answer.body.get("found") else 1
+                        if not answer.body.get("found"):  # every key asked for exists
+                            not_found += 1
+                            if len(self.missing) < 5:
+                                self.missing.append({"at": time.time(), **answer.body})
+                    elif len(self.errors) < 5:
+                        self.errors.append({"status": answer.status, **answer.body})
             self.client.close()
 
         started, cpu0 = time.monotonic(), time.process_time()
@@ -423,6 +430,8 @@ def queries(work: Path, cluster: LocalSparkCluster, bootstrap: str, args: Any) -
             "query_executor": executor,
             "query_server_in_task_process": same_process,
             "query_server_report": (reports.get(executor) or {}).get("query"),
+            "query_not_found_answers": load.missing,
+            "query_error_answers": load.errors,
             "by_rate": by_rate,
             "windows": windows,
         }
@@ -562,6 +571,8 @@ def main() -> None:
                     query_window_seconds=args.window_s,
                     query_server_in_task_process=q["query_server_in_task_process"],
                     query_server_report=q["query_server_report"],
+                    query_not_found_answers=q["query_not_found_answers"],
+                    query_error_answers=q["query_error_answers"],
                     query_by_rate=q["by_rate"],
                     query_windows=q["windows"],
                 )
