@@ -43,7 +43,12 @@ from statekeeper.spark.checkpoint_log import (
 )
 from statekeeper.state.restore_progress import read_restore_progress
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
-from statekeeper.worker.task_runner import ExecutorReport, run_share, settings_to_json
+from statekeeper.worker.task_runner import (
+    ExecutorReport,
+    executor_report,
+    run_share,
+    settings_to_json,
+)
 
 log = logging.getLogger("statekeeper.app")
 
@@ -53,6 +58,8 @@ LAG_REFRESH_S = 2.0  # how often the driver re-reads source end offsets for the 
 MAX_BATCH_PASSES = 5
 #: Pause before another pass (an executor that was just lost leaves Spark's list meanwhile).
 PASS_RETRY_WAIT_S = 0.2
+#: How often an idle app with standbys or query servers asks its executors for their reports.
+REPORT_REFRESH_S = 5.0
 #: A graceful stop waits this long for snapshots still uploading.
 SNAPSHOT_STOP_WAIT_S = 60.0
 
@@ -105,6 +112,7 @@ class StatekeeperApp:
         self._opened: set[tuple[str, str]] = set()  # (task, executor) opened in this run
         self.placement = ExecutorPlacement(settings)
         self._executors_checked = 0.0
+        self._reports_refreshed = 0.0
         self.planner = BatchPlanner(
             CheckpointBatchLog(self.checkpoint),
             subtopology_of=self._subtopology_of,
@@ -381,6 +389,7 @@ class StatekeeperApp:
             if self.snapshots.pending:
                 self._snapshot_idle_tasks()
             self._follow_executors()
+            self._refresh_executor_reports()
             if stop_when_idle and not self.snapshots.pending and self._idle(idle_s):
                 log.info("all input processed; stopping")
                 self.stop()
@@ -716,6 +725,41 @@ class StatekeeperApp:
                 )
         except Exception:  # the next batch tries again
             log.exception("following the executors (%s) failed", alive)
+        finally:
+            self._batch_lock.release()
+
+    def _refresh_executor_reports(self) -> None:
+        """Executors report with each batch's results; an idle app with standbys or query
+        servers asks them every few seconds with a job that runs no stream task, so the
+        status shows current standby lag and events."""
+        s = self.settings
+        spark = self._spark_session
+        last = self.placement.registry.last
+        now = time.monotonic()
+        if (
+            (s.num_standby_replicas <= 0 and s.query_port is None)
+            or spark is None
+            or last is None
+            or self._stopping
+            or now - self._reports_refreshed < REPORT_REFRESH_S
+            or now - self._last_batch_end < REPORT_REFRESH_S
+        ):
+            return
+        self._reports_refreshed = now
+        if not self._batch_lock.acquire(blocking=False):
+            return
+        try:
+            sc = spark.sparkContext
+            topology, settings_json, placed = self.topology, self._settings_json, last.to_json()
+            slices = max(1, sc.defaultParallelism)
+            reports = (
+                sc.parallelize(range(slices), slices)
+                .flatMap(lambda i: executor_report(i, topology, settings_json, placed))
+                .collect()
+            )
+            self.placement.note_reports(reports)
+        except Exception:  # the next batch reports anyway
+            log.exception("asking the executors for their reports failed")
         finally:
             self._batch_lock.release()
 

@@ -171,8 +171,17 @@ class RecordingStandbyListener(BaseStandbyUpdateListener):
             self._seq += 1
             self._events.append(entry)
             if len(self._events) > self._max:
-                self._events.popleft()
+                self._drop_one()
                 self.dropped += 1
+
+    def _drop_one(self) -> None:
+        """Drop the oldest batch load (a catch-up records hundreds a second), else the oldest
+        event: starts and suspensions are rare and must reach the driver."""
+        for i, event in enumerate(self._events):
+            if event["event"] == "batch_loaded":
+                del self._events[i]
+                return
+        self._events.popleft()
 
     def on_update_start(self, topic_partition, store_name, starting_offset) -> None:  # type: ignore[no-untyped-def]
         self._record("update_start", topic_partition, store_name, starting_offset=starting_offset)

@@ -78,6 +78,15 @@ class _Entry:
         self.last_status: dict[str, Any] = {}
 
 
+def report_events(events: list[dict[str, Any]], most: int) -> list[dict[str, Any]]:
+    """At most ``most`` events in ``seq`` order: the newest half of the batch loads and every
+    start and suspension that fits (batch loads outnumber them by far, and a reader that
+    skips events older than the newest it saw must get the rare ones in the same report)."""
+    rare = [e for e in events if e["event"] != "batch_loaded"][-(most // 2) :]
+    loads = [e for e in events if e["event"] == "batch_loaded"][-(most - len(rare)) :]
+    return sorted(rare + loads, key=lambda e: e["seq"])
+
+
 class StandbyReplicas:
     """Standby copies of this executor's standby tasks (see the module docstring).
 
@@ -158,7 +167,7 @@ class StandbyReplicas:
                 reason=entry.reason.value if entry.reason else None,
             )
             doc[task_id] = status
-        doc["events"] = self.recorder.events()[-REPORT_EVENTS:]
+        doc["events"] = report_events(self.recorder.events(), REPORT_EVENTS)
         return doc
 
     def drain_events(self) -> list[dict[str, Any]]:

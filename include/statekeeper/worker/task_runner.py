@@ -158,6 +158,26 @@ def run_share(
     return results
 
 
+def executor_report(
+    _index: int, topology: Any, settings_json: str, assignment_json: str
+) -> list[ExecutorReport]:
+    """A Spark task that runs no stream task: it hands the assignment to its executor, starts
+    the executor's services if none runs, and returns the executor's report (an idle app's
+    standby lag and events would otherwise wait for the next batch)."""
+    from statekeeper.worker.executor_services import (
+        ensure_executor_services,
+        publish_assignment,
+        read_report,
+    )
+
+    settings = _services(settings_json).settings
+    executor = current_executor()
+    publish_assignment(settings.state_dir, Assignment.from_json(assignment_json))
+    ensure_executor_services(settings, settings.state_dir, executor, topology)
+    report = read_report(settings.state_dir, settings.application_id)
+    return [] if report is None else [ExecutorReport(executor.executor_id, executor.host, report)]
+
+
 @dataclass
 class ExecutorReport:
     """An executor's services report (standby lag and events, the query server's port),

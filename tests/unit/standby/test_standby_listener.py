@@ -57,7 +57,8 @@ def test_recorded_events_replay_to_the_same_calls_in_order() -> None:
 def test_the_recorder_is_bounded_and_drains() -> None:
     recorder = RecordingStandbyListener(max_events=2)
     _drive(recorder)
-    assert [e["event"] for e in recorder.events()] == ["batch_loaded", "update_suspended"]
+    # The batch load goes first: starts and suspensions are rare and must reach the driver.
+    assert [e["event"] for e in recorder.events()] == ["update_start", "update_suspended"]
     assert recorder.dropped == 1
     assert len(recorder.drain_events()) == 2 and recorder.events() == []
     recorder.on_update_start(TP, "kv", 5)
@@ -81,3 +82,19 @@ def test_unknown_events_and_task_ids_are_refused() -> None:
     for bad in ("2", "a_1", "1_b", "_1"):
         with pytest.raises(StatekeeperError, match="not <subtopology>_<partition>"):
             parse_task_id(bad)
+
+
+def test_reports_keep_rare_events_beside_many_batch_loads() -> None:
+    from statekeeper.standby.replicas import report_events
+
+    recorder = RecordingStandbyListener(max_events=50)
+    recorder.on_update_start(TP, "kv", 0)
+    for n in range(300):
+        recorder.on_batch_loaded(TP, "kv", n, 1, 300)
+    recorder.on_update_suspended(TP, "kv", 299, 300, SuspendReason.PROMOTED)
+    kept = recorder.events()
+    assert len(kept) == 50 and kept[0]["event"] == "update_start"
+    report = report_events(kept, 10)
+    assert [e["event"] for e in report][0] == "update_start" and len(report) == 10
+    assert report[-1]["event"] == "update_suspended"
+    assert [e["seq"] for e in report] == sorted(e["seq"] for e in report)
