@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -38,7 +39,12 @@ def alive_executors(spark_context: Any) -> list[str]:
 class ExecutorPlacement:
     """Placement decisions and executor reports for one app run."""
 
-    def __init__(self, settings: StatekeeperSettings) -> None:
+    def __init__(
+        self, settings: StatekeeperSettings, has_state: Callable[[int], bool] | None = None
+    ) -> None:
+        """``has_state(subtopology)``: whether its tasks keep stores (a stateless task moves
+        for free, so balancing may move it anywhere)."""
+        self._has_state = has_state or (lambda _sub: True)
         self.registry = TaskPlacementRegistry(
             settings.application_id, settings.num_standby_replicas
         )
@@ -57,8 +63,12 @@ class ExecutorPlacement:
         self, runs: list[TaskRun], alive: list[str], avoid: dict[str, str] | None = None
     ) -> tuple[list[TaskRun], Assignment]:
         """``runs`` tagged with their executor and epoch, and the assignment they follow."""
+        caught_up = self.caught_up_standbys()
+        for run in runs:
+            if not self._has_state(run.subtopology):
+                caught_up[run.task_id] = set(alive)
         assignment = self.registry.plan(
-            (r.task_id for r in runs), alive, avoid=avoid, caught_up=self.caught_up_standbys()
+            [r.task_id for r in runs], alive, avoid=avoid, caught_up=caught_up
         )
         placed = [
             replace(

@@ -110,7 +110,9 @@ class StatekeeperApp:
         self._last_batch_end = 0.0
         self._started = time.time()
         self._opened: set[tuple[str, str]] = set()  # (task, executor) opened in this run
-        self.placement = ExecutorPlacement(settings)
+        self.placement = ExecutorPlacement(
+            settings, has_state=lambda sub: bool(topology.store_specs(sub))
+        )
         self._executors_checked = 0.0
         self._reports_refreshed = 0.0
         self.planner = BatchPlanner(

@@ -78,6 +78,7 @@ class TaskPlacementRegistry:
         if not alive:
             raise ValueError("no live executor to place tasks on")
         avoid = avoid or {}
+        task_ids = set(task_ids)  # read twice below: an iterator would be empty the second time
         alive_set = set(alive)
         tasks = sorted(set(task_ids) | set(self._active))
         load = Counter(a for t, a in self._active.items() if a in alive_set and avoid.get(t) != a)
@@ -102,7 +103,7 @@ class TaskPlacementRegistry:
             load[target] += 1
             changed = True
         if not avoid and caught_up:
-            changed |= self._balance(set(task_ids), alive, caught_up)
+            changed |= self._balance(task_ids, alive, caught_up)
         changed |= self._place_standbys(tasks, alive)
         if changed or self._last is None or set(self._last.executors) != alive_set:
             self._version += 1

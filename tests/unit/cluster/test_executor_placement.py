@@ -288,3 +288,24 @@ def test_status_keeps_rare_standby_events_beside_many_batch_loads(placement):
     assert kinds[0] == "update_start" and kinds[-1] == "update_suspended"
     assert kinds.count("batch_loaded") == 20
     assert placement.status()["standby_event_counts"]["batch_loaded"] == 100
+
+
+def test_stateless_tasks_balance_anywhere_stateful_ones_only_onto_caught_up_copies():
+    from statekeeper.settings import StatekeeperSettings
+    from statekeeper.worker.task_run import TaskRun
+
+    placement = ExecutorPlacement(
+        StatekeeperSettings(application_id="app", num_standby_replicas=1),
+        has_state=lambda sub: sub == 1,
+    )
+    runs = [TaskRun(t, int(t[0]), int(t[2]), (), 1, 1) for t in ("0_0", "0_1", "1_0", "1_1")]
+    placement.place(runs, ["1"])
+    for _ in range(3):
+        _, assignment = placement.place(runs, ["1", "2"])
+    # No standby report yet: only the stateless tasks moved, one per plan, until even.
+    assert {t: p.active for t, p in assignment.tasks.items()} == {
+        "0_0": "2",
+        "0_1": "2",
+        "1_0": "1",
+        "1_1": "1",
+    }

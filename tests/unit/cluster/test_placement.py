@@ -356,7 +356,7 @@ def test_load_evens_out_onto_caught_up_standbys_one_move_per_plan():
     # Caught up: one task moves per plan, the old active becomes its standby, until even.
     caught = {t: {"2"} for t in tasks}
     before = _epochs(registry)
-    registry.plan(tasks, ["1", "2"], caught_up=caught)
+    registry.plan(iter(tasks), ["1", "2"], caught_up=caught)  # as the app passes them
     moved = [t for t in tasks if _placement(registry)[t] == "2"]
     assert len(moved) == 1 and registry.last.standbys_of(moved[0]) == ("1",)  # type: ignore[union-attr]
     assert _epochs(registry)[moved[0]] == before[moved[0]] + 1

@@ -26,8 +26,15 @@ from statekeeper.stores.memory import InMemoryKeyValueStore
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 
 # Shared files' ages come from their real mtimes, so "now" must follow the real clock: a
-# fixed date failed once the clock passed it (files written "after now" are never pruned).
-NOW = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+# fixed date failed once the clock passed it (files written "after now" are never pruned),
+# and so did one taken at import in a long run. Set per test, a little ahead of the files.
+NOW = datetime.now(UTC)
+
+
+@pytest.fixture(autouse=True)
+def _now_follows_the_clock() -> None:
+    global NOW
+    NOW = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
 APP = "app"
 
 
