@@ -55,6 +55,9 @@ class ExecutorPlacement:
         self.stale_copies = 0
         self.reports: dict[str, dict[str, Any]] = {}
         self._event_listeners: list[Any] = []
+        # Batch loads (hundreds a second while a copy catches up) and the rare starts and
+        # suspensions are kept apart, so the loads never push the others out.
+        self.standby_loads: list[dict[str, Any]] = []
         self.standby_events: list[dict[str, Any]] = []
         self.standby_event_counts: Counter[str] = Counter()
         self._seen_seq: dict[str, int] = {}  # recorder stream -> newest event seq replayed
@@ -131,9 +134,14 @@ class ExecutorPlacement:
                     continue  # seen in an earlier report
                 self._seen_seq[key[0]] = key[1]
                 event = {**event, "executor": item.executor_id}
-                self.standby_events.append(event)
+                kept = (
+                    self.standby_loads
+                    if event.get("event") == "batch_loaded"
+                    else self.standby_events
+                )
+                kept.append(event)
                 self.standby_event_counts[str(event.get("event"))] += 1
-                del self.standby_events[:-STANDBY_EVENTS_KEPT]
+                del kept[:-STANDBY_EVENTS_KEPT]
                 for listener in self._event_listeners:
                     try:
                         replay_event(event, listener)
@@ -185,8 +193,8 @@ class ExecutorPlacement:
     def _recent_standby_events(self) -> list[dict[str, Any]]:
         """The newest 30 start/suspend events and the newest 20 batch loads (batch loads are
         far more frequent and would hide the others), oldest first."""
-        loads = [e for e in self.standby_events if e.get("event") == "batch_loaded"][-20:]
-        others = [e for e in self.standby_events if e.get("event") != "batch_loaded"][-30:]
+        loads = self.standby_loads[-20:]
+        others = self.standby_events[-30:]
         return sorted(loads + others, key=lambda e: e.get("time", 0))
 
     def status(self) -> dict[str, Any]:
