@@ -83,8 +83,10 @@ def _promoted(status: dict[str, Any]) -> bool:
 
 
 def _balanced(status: dict[str, Any]) -> bool:
-    """Both executors run counting tasks, and at least one got there by a balancing move."""
-    executors = {p["executor"] for p in _counting_tasks(status).values()}
+    """Both executors run tasks again, after at least one balancing move (a stateless task
+    moves freely; a stateful one only onto a caught-up standby copy)."""
+    tasks = _placement(status).get("tasks") or {}
+    executors = {p["executor"] for p in tasks.values()}
     moves = _placement(status).get("moves_by_reason") or {}
     return len(executors) == 2 and moves.get("balance (caught-up standby)", 0) >= 1
 
