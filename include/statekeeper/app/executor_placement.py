@@ -45,6 +45,7 @@ class ExecutorPlacement:
         """``has_state(subtopology)``: whether its tasks keep stores (a stateless task moves
         for free, so balancing may move it anywhere)."""
         self._has_state = has_state or (lambda _sub: True)
+        self._stateless: set[str] = set()
         self.registry = TaskPlacementRegistry(
             settings.application_id, settings.num_standby_replicas
         )
@@ -66,12 +67,13 @@ class ExecutorPlacement:
         self, runs: list[TaskRun], alive: list[str], avoid: dict[str, str] | None = None
     ) -> tuple[list[TaskRun], Assignment]:
         """``runs`` tagged with their executor and epoch, and the assignment they follow."""
-        caught_up = self.caught_up_standbys()
-        for run in runs:
-            if not self._has_state(run.subtopology):
-                caught_up[run.task_id] = set(alive)
+        self._stateless.update(r.task_id for r in runs if not self._has_state(r.subtopology))
         assignment = self.registry.plan(
-            [r.task_id for r in runs], alive, avoid=avoid, caught_up=caught_up
+            [r.task_id for r in runs],
+            alive,
+            avoid=avoid,
+            caught_up=self.caught_up_standbys(),
+            stateless=self._stateless,
         )
         placed = [
             replace(

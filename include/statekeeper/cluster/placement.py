@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,12 +69,14 @@ class TaskPlacementRegistry:
         *,
         avoid: dict[str, str] | None = None,
         caught_up: dict[str, set[str]] | None = None,
+        stateless: set[str] | None = None,
     ) -> Assignment:
         """The assignment of ``task_ids`` (plus every task seen before) over the ``alive``
         executors. ``avoid`` maps tasks that did not run where they were sent to the
         executor to move them away from (a task already elsewhere stays there).
         ``caught_up`` maps tasks to the executors whose standby copy of them is caught up:
-        one such task may move there to even out the load (see :meth:`_balance`)."""
+        one such task may move there to even out the load (see :meth:`_balance`);
+        ``stateless`` tasks have nothing to restore and balance apart from the others."""
         if not alive:
             raise ValueError("no live executor to place tasks on")
         avoid = avoid or {}
@@ -102,8 +104,14 @@ class TaskPlacementRegistry:
             self._epoch[task] = self._epoch.get(task, 0) + 1
             load[target] += 1
             changed = True
-        if not avoid and caught_up:
-            changed |= self._balance(task_ids, alive, caught_up)
+        if not avoid:
+            free = stateless or set()
+            anywhere = {t: set(alive) for t in free}
+            # Stateful and stateless tasks even out separately, as Kafka Streams does.
+            changed |= self._balance(
+                task_ids - free, alive, caught_up or {}, free.__contains__, False
+            )
+            changed |= self._balance(task_ids & free, alive, anywhere, free.__contains__, True)
         changed |= self._place_standbys(tasks, alive)
         if changed or self._last is None or set(self._last.executors) != alive_set:
             self._version += 1
@@ -121,7 +129,12 @@ class TaskPlacementRegistry:
         return self._last
 
     def _balance(
-        self, runnable: set[str], alive: list[str], caught_up: dict[str, set[str]]
+        self,
+        runnable: set[str],
+        alive: list[str],
+        caught_up: dict[str, set[str]],
+        is_stateless: Callable[[str], bool],
+        stateless_class: bool,
     ) -> bool:
         """Kafka Streams' probing rebalance, cut down: when one executor runs two or more
         tasks more than another (e.g. a restarted worker that got nothing back), move one
@@ -133,7 +146,11 @@ class TaskPlacementRegistry:
             return False
         alive_set = set(alive)
         load = Counter({e: 0 for e in alive})
-        load.update(a for a in self._active.values() if a in alive_set)
+        load.update(
+            a
+            for t, a in self._active.items()
+            if a in alive_set and is_stateless(t) == stateless_class
+        )
         busiest = max(alive, key=lambda e: (load[e], e))
         idlest = min(alive, key=lambda e: (load[e], e))
         if load[busiest] - load[idlest] < 2:
