@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -31,6 +30,16 @@ from rich.console import Console
 from rich.table import Table
 
 from spark_apps.app_process import AppProcess, spark_app_spec
+from spark_apps.cluster_watch import (
+    QueryLoop,
+    drained_as_last_seen,
+    placement,
+    query_url,
+    standbys_caught_up,
+    tasks_of,
+    wait_drained,
+    worker_of,
+)
 from statekeeper.app.spec import AppSpec, load_app_spec
 from statekeeper.errors import StatekeeperError
 from statekeeper.generate.command import positive_int
@@ -48,90 +57,9 @@ WORDS_ASKED = 4
 # -- the status document ---------------------------------------------------------------------
 
 
-def _placement(status: dict[str, Any]) -> dict[str, Any]:
-    return status.get("placement") or {}
-
-
-def _counting_tasks(status: dict[str, Any]) -> dict[str, Any]:
+def _counting(status: dict[str, Any]) -> dict[str, Any]:
     """Placements of the tasks holding the word counts."""
-    tasks = _placement(status).get("tasks") or {}
-    return {t: p for t, p in sorted(tasks.items()) if t.startswith(COUNTING)}
-
-
-def _drained(status: dict[str, Any]) -> bool:
-    """Every source partition processed up to the end the status document last saw."""
-    parts = status.get("source_partitions") or []
-    return bool(parts) and all(p["position"] >= p["end"] for p in parts)
-
-
-def _standbys_caught_up(status: dict[str, Any]) -> bool:
-    """Every counting task has a running standby copy with no changelog record left to
-    apply, and the input is drained (so no new changelog records are on their way)."""
-    tasks = _counting_tasks(status)
-    lag = _placement(status).get("standby_lag") or {}
-    if not tasks or not _drained(status):
-        return False
-    for task, where in tasks.items():
-        if not where.get("standbys"):
-            return False
-        copies = lag.get(task) or {}
-        for executor in where["standbys"]:
-            info = copies.get(executor) or {}
-            values = list((info.get("lag") or {}).values())
-            if info.get("state") != "running" or not values or any(v != 0 for v in values):
-                return False
-    return True
-
-
-def _wait_drained(proc: AppProcess, bootstrap: str, timeout_s: float = 300) -> dict[str, Any]:
-    """Wait until the app has processed every source partition (repartition topic included)
-    up to its end as the broker reports it, with the ends unchanged between two looks:
-    processing the input feeds the repartition topic. The status document's own ends are
-    refreshed only every few seconds, so right after a produce they may be old."""
-    from statekeeper.kafka.adapter import consumer_config
-    from statekeeper.kafka.offsets import log_end_offsets
-
-    conf = consumer_config(bootstrap, group_id="statekeeper-cluster-demo-drain")
-    deadline = time.monotonic() + timeout_s
-    previous: dict[tuple[str, int], int] | None = None
-    while time.monotonic() < deadline:
-        status = proc.status() or {}
-        tps = [(p["topic"], p["partition"]) for p in status.get("source_partitions") or []]
-        if not tps:
-            time.sleep(0.2)
-            continue
-        ends = log_end_offsets(conf, tps)
-        status = proc.wait_for(
-            lambda s, e=ends: all(
-                {
-                    (p["topic"], p["partition"]): p["position"]
-                    for p in s.get("source_partitions") or []
-                }.get(tp, -1)
-                >= end
-                for tp, end in e.items()
-            ),
-            max(1.0, deadline - time.monotonic()),
-        )
-        if ends == previous:
-            return status
-        previous = ends
-    raise StatekeeperError(f"word_count not drained within {timeout_s:.0f}s")
-
-
-def _query_url(status: dict[str, Any], executor: str) -> str:
-    report = (_placement(status).get("executor_reports") or {}).get(executor) or {}
-    query = report.get("query") or {}
-    if not query.get("port"):
-        raise StatekeeperError(f"executor {executor} reports no query server: {report}")
-    return f"http://{query.get('host') or '127.0.0.1'}:{query['port']}"
-
-
-def _worker_of(cluster: Any, executor: str) -> int:
-    """The worker whose work directory holds the executor's folder (``<app>/<executor>``)."""
-    for worker in cluster.workers:
-        if any(p.is_dir() for p in Path(worker.work_dir).glob(f"*/{executor}")):
-            return int(worker.index)
-    raise StatekeeperError(f"no worker's work directory holds executor {executor}")
+    return tasks_of(status, COUNTING)
 
 
 # -- tables ----------------------------------------------------------------------------------
@@ -154,8 +82,8 @@ def _tasks_table(
     table = Table(title=title)
     for col in ("task", "executor (worker)", "standby executor", "epoch", "standby copy"):
         table.add_column(col)
-    lag = _placement(status).get("standby_lag") or {}
-    for task, where in _counting_tasks(status).items():
+    lag = placement(status).get("standby_lag") or {}
+    for task, where in _counting(status).items():
         executor = where["executor"]
         standbys = where.get("standbys") or []
         epoch = str(where["epoch"])
@@ -194,30 +122,6 @@ def _retargeted_spec(work: Path, suffix: str) -> tuple[Path, AppSpec]:
     path = work / "word_count.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path, load_app_spec(path)
-
-
-class _Querier(threading.Thread):
-    """Point gets of ``keys`` at one query server in a bounded loop, until stopped."""
-
-    def __init__(self, url: str, keys: list[str]) -> None:
-        from statekeeper.query.client import QueryClient
-
-        super().__init__(daemon=True)
-        self.client = QueryClient(url, timeout_s=5.0)
-        self.keys = keys
-        self.answers: list[tuple[float, int, dict[str, Any]]] = []
-        self.stop_event = threading.Event()
-
-    def run(self) -> None:
-        i = 0
-        while not self.stop_event.is_set() and i < 50_000:
-            try:
-                answer = self.client.get_answer(STORE, self.keys[i % len(self.keys)])
-                self.answers.append((time.time(), answer.status, answer.body))
-            except OSError as exc:  # kept: any unanswered query is a failure of the scene
-                self.answers.append((time.time(), -1, {"error": repr(exc)}))
-            i += 1
-            time.sleep(0.02)
 
 
 class _Scene:
@@ -269,9 +173,9 @@ class _Scene:
         return reference.recompute(read_topic(self.bootstrap, self.topic)).counts
 
     def note_workers(self, status: dict[str, Any]) -> None:
-        for executor in _placement(status).get("executors") or []:
+        for executor in placement(status).get("executors") or []:
             if executor not in self.workers:
-                self.workers[executor] = _worker_of(self.cluster, executor)
+                self.workers[executor] = worker_of(self.cluster, executor)
 
     # -- 2 + 3: run, standbys ----------------------------------------------------------------
 
@@ -284,8 +188,8 @@ class _Scene:
         )
         started = time.monotonic()
         self.proc.start()
-        _wait_drained(self.proc, self.bootstrap)
-        status = self.proc.wait_for(_standbys_caught_up, 180)
+        wait_drained(self.proc, self.bootstrap)
+        status = self.proc.wait_for(lambda s: standbys_caught_up(s, COUNTING), 180)
         self.note_workers(status)
         console.print(
             f"drained {len(self.base):,} lines and standbys caught up in "
@@ -309,10 +213,10 @@ class _Scene:
         for col in ("asked", "word", "task", "value", "expected", "source", "lag", "answered by"):
             table.add_column(col)
         for executor in sorted(self.workers):
-            if executor not in (_placement(status).get("executors") or []):
+            if executor not in (placement(status).get("executors") or []):
                 self._ask_gone(table, executor, words[0])
                 continue
-            url = self.urls.setdefault(executor, _query_url(status, executor))
+            url = self.urls.setdefault(executor, query_url(status, executor))
             client = QueryClient(url)
             try:
                 for word in words:
@@ -384,11 +288,11 @@ class _Scene:
         sent on from the standby host to the active host the metadata names."""
         from statekeeper.query.client import QueryClient
 
-        tasks = _counting_tasks(status)
-        meta_any = QueryClient(_query_url(status, next(iter(self.workers)))).metadata(STORE, word)
+        tasks = _counting(status)
+        meta_any = QueryClient(query_url(status, next(iter(self.workers)))).metadata(STORE, word)
         task = meta_any["task"]
         standby = tasks[task]["standbys"][0]
-        client = QueryClient(_query_url(status, standby))
+        client = QueryClient(query_url(status, standby))
         try:
             meta = client.metadata(STORE, word)
             active = meta.get("active") or {}
@@ -429,20 +333,20 @@ class _Scene:
     def failover(self, status: dict[str, Any], words: list[str]) -> dict[str, Any]:
         from statekeeper.query.client import QueryClient
 
-        tasks = _counting_tasks(status)
+        tasks = _counting(status)
         actives = [p["executor"] for p in tasks.values()]
         victim = max(sorted(set(actives)), key=actives.count)
         moving = sorted(t for t, p in tasks.items() if p["executor"] == victim)
         survivor = next(s for p in tasks.values() for s in p["standbys"] if s != victim)
         worker = self.workers[victim]
-        url = _query_url(status, survivor)
+        url = query_url(status, survivor)
         probe = QueryClient(url)
         keys = [w for w in sorted(self.expected()) if probe.metadata(STORE, w)["task"] in moving]
         probe.close()
         keys = keys[:50]
         if not keys:
             raise StatekeeperError(f"no word of the moving tasks {moving}")
-        querier = _Querier(url, keys)
+        querier = QueryLoop(url, STORE, keys, pause_s=0.02)
         querier.start()
         try:
             time.sleep(1.0)
@@ -459,11 +363,8 @@ class _Scene:
             console.print(f"  {len(pids)} processes killed")
             moved = self.proc.wait_for(
                 lambda s: (
-                    _drained(s)
-                    and all(
-                        (_counting_tasks(s).get(t) or {}).get("executor") == survivor
-                        for t in moving
-                    )
+                    drained_as_last_seen(s)
+                    and all((_counting(s).get(t) or {}).get("executor") == survivor for t in moving)
                 ),
                 120,
             )
@@ -471,15 +372,15 @@ class _Scene:
                 f"tasks {', '.join(moving)} resumed on executor {survivor} "
                 f"{time.time() - killed_at:.1f} s after the kill"
             )
-            after = _wait_drained(self.proc, self.bootstrap)
+            after = wait_drained(self.proc, self.bootstrap)
             time.sleep(1.0)
         finally:
             querier.stop_event.set()
             querier.join(30)
         after = self.proc.status() or after or moved
         console.print(_tasks_table("counting tasks after the kill", after, self.workers, tasks))
-        moves = _placement(after).get("moves_by_reason") or {}
-        restores = _placement(after).get("restores") or []
+        moves = placement(after).get("moves_by_reason") or {}
+        restores = placement(after).get("restores") or []
         console.print(
             "moves by reason (every task, splitting ones included): "
             + ", ".join(f"{r}: {n}" for r, n in sorted(moves.items()))
@@ -489,7 +390,7 @@ class _Scene:
         if moves.get("to standby", 0) < len(moving):
             self.problems.append(f"{len(moving)} tasks moved but moves_by_reason is {moves}")
         for task in moving:
-            if _counting_tasks(after)[task]["epoch"] <= tasks[task]["epoch"]:
+            if _counting(after)[task]["epoch"] <= tasks[task]["epoch"]:
                 self.problems.append(f"task {task} moved but its epoch was not raised")
         self._restores(after, moving)
         self._failover_queries(querier.answers, killed_at, survivor)
@@ -560,7 +461,7 @@ class _Scene:
         from statekeeper.app.store_reader import read_store
 
         self.produce(self.more)
-        final = _wait_drained(self.proc, self.bootstrap)
+        final = wait_drained(self.proc, self.bootstrap)
         processed = (final.get("totals") or {}).get("records_processed", 0)
         console.print(
             f"produced {len(self.more):,} more lines; drained on the survivor "
@@ -649,7 +550,7 @@ def run(lines: int = 20_000, seed: int = 5) -> int:
                 status = scene.start()
                 expected = scene.expected()
                 words = _words_to_ask(
-                    expected, status, _query_url(status, next(iter(scene.workers)))
+                    expected, status, query_url(status, next(iter(scene.workers)))
                 )
                 scene.query_each_executor(
                     status, words, "point queries at each executor's query server"

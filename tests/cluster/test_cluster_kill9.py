@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from spark_apps.cluster_watch import executors_of_worker, wait_drained
 from spark_apps.patient_monitoring import reference as pm_ref
 from spark_apps.patient_monitoring.generator import patient_events
 from spark_apps.word_count import reference as wc_ref
@@ -32,7 +33,6 @@ from statekeeper.app.store_reader import read_store
 from statekeeper.generate.producer import produce
 from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.state.environment import StateEnvironment
-from tests.cluster.drain import wait_drained
 from tests.e2e.harness import AppUnderTest
 
 KILLS = int(os.environ.get("STATEKEEPER_CLUSTER_KILLS", "2"))
@@ -116,9 +116,10 @@ def _run_with_worker_kills(
             watch(before)
             # A worker whose executor runs tasks (after a kill every task may sit on one).
             active = {p.get("executor") for p in _placements(before).values()}
-            victims = [
-                w.index for w in cluster.workers if _executor_ids_of(before, w) & active
-            ] or [0, 1]
+            victims = [w.index for w in cluster.workers if executors_of_worker(w) & active] or [
+                0,
+                1,
+            ]
             victim = rng.choice(victims)
             cluster.kill_worker(victim)
             # The surviving executor takes the victim's tasks over and completes batches.
@@ -185,7 +186,7 @@ def _local_copies(app: AppUnderTest, cluster: Any, status: dict[str, Any], store
                     continue
                 if not (Path(worker.state_dir) / app.app_id / task).is_dir():
                     continue
-                if where.get("executor") not in _executor_ids_of(status, worker):
+                if where.get("executor") not in executors_of_worker(worker):
                     continue
                 state = env.task(task, partition, specs)
                 outcomes = state.open()
@@ -200,13 +201,6 @@ def _local_copies(app: AppUnderTest, cluster: Any, status: dict[str, Any], store
             env.close()
     assert checked, "no local copy was checked"
     return merged
-
-
-def _executor_ids_of(status: dict[str, Any], worker: Any) -> set[str]:
-    """Spark's ids of the executors ``worker`` ran: the standalone worker makes a folder
-    ``<work dir>/<app id>/<executor id>`` for each."""
-    del status
-    return {p.name for p in Path(worker.work_dir).glob("*/*") if p.is_dir()}
 
 
 def _fresh(app: AppUnderTest, tmp_path: Path) -> Any:

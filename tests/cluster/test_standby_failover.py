@@ -15,21 +15,28 @@ recomputation.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from spark_apps.cluster_watch import (
+    QueryLoop,
+    drained_as_last_seen,
+    placement,
+    query_url,
+    standbys_caught_up,
+    tasks_of,
+    wait_drained,
+    worker_of,
+)
 from spark_apps.word_count import reference as wc_ref
 from spark_apps.word_count.generator import word_count_lines
 from statekeeper.app.store_reader import read_store
 from statekeeper.generate.producer import produce
 from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.query.client import QueryClient
-from tests.cluster.drain import wait_drained
 from tests.e2e.harness import AppUnderTest
 
 PARTITIONS = 2
@@ -42,90 +49,27 @@ pytestmark = [
 ]
 
 
-def _placement(status: dict[str, Any]) -> dict[str, Any]:
-    return status.get("placement") or {}
-
-
 def _batches(status: dict[str, Any]) -> int:
     return int((status.get("throughput") or {}).get("batches", 0))
 
 
-def _drained(status: dict[str, Any]) -> bool:
-    parts = status.get("source_partitions") or []
-    return bool(parts) and all(p["position"] >= p["end"] for p in parts)
-
-
-def _counting_tasks(status: dict[str, Any]) -> dict[str, Any]:
+def _counting(status: dict[str, Any]) -> dict[str, Any]:
     """Placements of the tasks holding the word counts (subtopology 1)."""
-    return {t: p for t, p in (_placement(status).get("tasks") or {}).items() if t.startswith("1_")}
-
-
-def _standbys_caught_up(status: dict[str, Any]) -> bool:
-    tasks = _counting_tasks(status)
-    lag = _placement(status).get("standby_lag") or {}
-    if not tasks or not _drained(status):
-        return False
-    for task, where in tasks.items():
-        if not where.get("standbys"):
-            return False
-        copies = lag.get(task) or {}
-        for executor in where["standbys"]:
-            info = copies.get(executor) or {}
-            values = list((info.get("lag") or {}).values())
-            if info.get("state") != "running" or not values or any(v != 0 for v in values):
-                return False
-    return True
+    return tasks_of(status, "1_")
 
 
 def _promoted(status: dict[str, Any]) -> bool:
-    events = _placement(status).get("standby_events") or []
+    events = placement(status).get("standby_events") or []
     return any(e["event"] == "update_suspended" and e["reason"] == "promoted" for e in events)
 
 
 def _balanced(status: dict[str, Any]) -> bool:
     """Both executors run tasks again, after at least one balancing move (a stateless task
     moves freely; a stateful one only onto a caught-up standby copy)."""
-    tasks = _placement(status).get("tasks") or {}
+    tasks = placement(status).get("tasks") or {}
     executors = {p["executor"] for p in tasks.values()}
-    moves = _placement(status).get("moves_by_reason") or {}
+    moves = placement(status).get("moves_by_reason") or {}
     return len(executors) == 2 and moves.get("balance (caught-up standby)", 0) >= 1
-
-
-def _query_url(status: dict[str, Any], executor: str) -> str:
-    report = (_placement(status).get("executor_reports") or {}).get(executor) or {}
-    query = report.get("query") or {}
-    assert query.get("port"), f"executor {executor} reports no query server: {report}"
-    return f"http://{query.get('host') or '127.0.0.1'}:{query['port']}"
-
-
-def _worker_of(cluster: Any, executor: str) -> int:
-    for worker in cluster.workers:
-        if any(p.name == executor for p in Path(worker.work_dir).glob("*/*") if p.is_dir()):
-            return worker.index
-    raise AssertionError(f"no worker ran executor {executor}")
-
-
-class _Querier(threading.Thread):
-    """Point gets of ``keys`` against one query server, in a bounded loop, until stopped."""
-
-    def __init__(self, url: str, keys: list[str]) -> None:
-        super().__init__(daemon=True)
-        self.client = QueryClient(url, timeout_s=5.0)
-        self.keys = keys
-        self.answers: list[tuple[float, int, dict[str, Any]]] = []
-        self.stop_event = threading.Event()
-
-    def run(self) -> None:
-        i = 0
-        while not self.stop_event.is_set() and i < 200_000:
-            key = self.keys[i % len(self.keys)]
-            try:
-                answer = self.client.get_answer(STORE, key)
-                self.answers.append((time.time(), answer.status, answer.body))
-            except OSError as exc:  # recorded: the test fails on any unanswered query
-                self.answers.append((time.time(), -1, {"error": repr(exc)}))
-            i += 1
-            time.sleep(0.01)
 
 
 def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
@@ -152,10 +96,10 @@ def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
     )
     produce_lines(base)
     proc = app.process(0, stop_when_idle=False).start()
-    querier: _Querier | None = None
+    querier: QueryLoop | None = None
     try:
-        ready = proc.wait_for(_standbys_caught_up, 300)
-        tasks = _counting_tasks(ready)
+        ready = proc.wait_for(lambda s: standbys_caught_up(s, "1_"), 300)
+        tasks = _counting(ready)
         actives = [p["executor"] for p in tasks.values()]
         active = max(set(actives), key=actives.count)
         moving = sorted(t for t, p in tasks.items() if p["executor"] == active)
@@ -165,24 +109,22 @@ def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
         # Keys of the tasks that will move, asked at the survivor, which holds their standbys.
         expected_base = wc_ref.recompute(read_topic(bootstrap, topic)).counts
         topology = app.spec.build_topology()
-        url = _query_url(ready, survivor)
+        url = query_url(ready, survivor)
         probe = QueryClient(url)
         keys = [k for k in sorted(expected_base) if probe.metadata(STORE, k)["task"] in moving][:50]
         assert keys, "no key of the moving tasks"
-        querier = _Querier(url, keys)
+        querier = QueryLoop(url, STORE, keys)
         querier.start()
         time.sleep(1.0)
 
         produce_lines(tail)
         time.sleep(0.5)
         killed_at = time.time()
-        spark_cluster.kill_worker(_worker_of(spark_cluster, active))
+        spark_cluster.kill_worker(worker_of(spark_cluster, active))
         proc.wait_for(
             lambda s: (
-                _drained(s)
-                and all(
-                    (_counting_tasks(s).get(t) or {}).get("executor") == survivor for t in moving
-                )
+                drained_as_last_seen(s)
+                and all((_counting(s).get(t) or {}).get("executor") == survivor for t in moving)
             ),
             180,
         )
@@ -198,7 +140,7 @@ def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
             time.sleep(0.5)
         # The killed worker comes back: its executor gets standbys, which catch up, and the
         # tasks spread over both executors again, moved to caught-up copies one at a time.
-        victim = _worker_of(spark_cluster, active)
+        victim = worker_of(spark_cluster, active)
         spark_cluster.restart_worker(victim)
         while chunks and not _balanced(proc.status() or {}):
             produce_lines(chunks.pop(0))
@@ -223,11 +165,11 @@ def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
         counts = [r for r in restores[task] if r["store"] == STORE]
         assert counts and counts[0]["source"] == "local state", restores[task]
         assert counts[0]["records"] <= tail_bound, (task, counts, tail_bound)
-    placement = _placement(status)
+    placed = placement(status)
     assert any(
-        r["cause"] == "moved" and r["source"] == "local state" for r in placement["restores"]
-    ), placement["restores"]
-    assert placement["moves_by_reason"].get("to standby", 0) >= len(moving), placement
+        r["cause"] == "moved" and r["source"] == "local state" for r in placed["restores"]
+    ), placed["restores"]
+    assert placed["moves_by_reason"].get("to standby", 0) >= len(moving), placed
 
     # Queries during the failover: every one answered; the standby's answers carry a lag.
     answers = querier.answers
@@ -246,7 +188,7 @@ def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
     )
 
     # Standby listener events reached the driver.
-    events = placement.get("standby_events") or []
+    events = placed.get("standby_events") or []
     kinds = {e["event"] for e in events}
     assert {"update_start", "batch_loaded"} <= kinds, kinds
     promoted = [e for e in events if e["event"] == "update_suspended" and e["reason"] == "promoted"]
@@ -254,7 +196,7 @@ def test_task_resumes_from_its_standby_and_queries_are_served_during_failover(
     assert all("current_end_offset" in e for e in events if e["event"] == "batch_loaded")
 
     # The restarted worker's executor got work back through caught-up standbys.
-    assert balanced, _placement(final)
+    assert balanced, placement(final)
 
     expected = wc_ref.recompute(read_topic(bootstrap, topic))
     fresh = app.settings.model_copy(
