@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -51,29 +50,6 @@ def _seed() -> int:
     return seed
 
 
-class _Feeder(threading.Thread):
-    """Produces ``records`` in small chunks, paced, until done or stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, records: list, chunks: int) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.records = bootstrap, topic, records
-        self.size = max(1, -(-len(records) // chunks))
-        self.pause_s = 0.5
-        self.stop_event = threading.Event()
-
-    def run(self) -> None:
-        for start in range(0, len(self.records), self.size):
-            if self.stop_event.is_set():
-                return
-            produce(
-                self.bootstrap,
-                self.topic,
-                self.records[start : start + self.size],
-                partitions=PARTITIONS,
-            )
-            time.sleep(self.pause_s)
-
-
 def _executors(status: dict[str, Any]) -> list[str]:
     return list((status.get("placement") or {}).get("executors") or [])
 
@@ -81,17 +57,21 @@ def _executors(status: dict[str, Any]) -> list[str]:
 def _run_with_worker_kills(
     app: AppUnderTest, cluster: Any, records: list, topic: str, seed: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, set[str]]]:
-    """Run ``app`` on ``cluster`` while ``records`` stream in; kill a random worker ``KILLS``
-    times. Returns the final status, the kills and every executor each task ran on."""
+    """Run ``app`` on ``cluster`` while ``records`` go in chunk by chunk; kill a random
+    worker ``KILLS`` times, each time while the app works through a fresh chunk, and give
+    the survivor another chunk. Returns the final status, the kills and every executor each
+    task ran on."""
     rng = random.Random(seed)
-    produce(
-        app.overrides["bootstrap_servers"],
-        topic,
-        records[: len(records) // 4],
-        partitions=PARTITIONS,
-    )
-    rest = records[len(records) // 4 :]
-    feeder = _Feeder(app.overrides["bootstrap_servers"], topic, rest, chunks=max(8, KILLS * 4))
+    bootstrap = app.overrides["bootstrap_servers"]
+    first, rest = records[: len(records) // 4], records[len(records) // 4 :]
+    size = -(-len(rest) // (2 * KILLS + 1))
+    chunks = [rest[i : i + size] for i in range(0, len(rest), size)]
+
+    def feed() -> None:
+        if chunks:
+            produce(bootstrap, topic, chunks.pop(0), partitions=PARTITIONS)
+
+    produce(bootstrap, topic, first, partitions=PARTITIONS)
     proc = app.process(0, stop_when_idle=False).start()
     kills: list[dict[str, Any]] = []
     ran_on: dict[str, set[str]] = {}
@@ -102,29 +82,24 @@ def _run_with_worker_kills(
                 ran_on.setdefault(task, set()).add(str(info["executor"]))
 
     try:
-        proc.wait_for(lambda s: (s.get("throughput") or {}).get("batches", 0) >= 1, 240)
-        feeder.start()
+        proc.wait_for(lambda s: _batches(s) >= 1, 240)
         for k in range(KILLS):
             status = proc.wait_for(lambda s: len(_executors(s)) >= 2, 180)
             watch(status)
-            batches = (status.get("throughput") or {}).get("batches", 0)
-            proc.wait_for(
-                lambda s, b=batches: (s.get("throughput") or {}).get("batches", 0) > b, 120
-            )
+            feed()  # the kill lands while the app works through it
+            done = _batches(status)
+            proc.wait_for(lambda s, b=done: _batches(s) > b, 120)
             time.sleep(rng.uniform(0.0, 2.0))
             before = proc.status() or {}
             watch(before)
             # A worker whose executor runs tasks (after a kill every task may sit on one).
             active = {p.get("executor") for p in _placements(before).values()}
-            victims = [w.index for w in cluster.workers if executors_of_worker(w) & active] or [
-                0,
-                1,
-            ]
-            victim = rng.choice(victims)
+            victims = [w.index for w in cluster.workers if executors_of_worker(w) & active]
+            victim = rng.choice(victims or [0, 1])
             cluster.kill_worker(victim)
-            # The surviving executor takes the victim's tasks over and completes batches.
-            done_before = _batches(before)
-            after = proc.wait_for(lambda s, b=done_before: _batches(s) >= b + 2, 180)
+            feed()  # the surviving executor takes the tasks over and works through more
+            done = _batches(before)
+            after = proc.wait_for(lambda s, b=done: _batches(s) >= b + 2, 180)
             watch(after)
             kills.append(
                 {
@@ -137,23 +112,14 @@ def _run_with_worker_kills(
             )
             cluster.restart_worker(victim)
         proc.wait_for(lambda s: len(_executors(s)) >= 2, 180)
-        feeder.stop_event.set()
-        feeder.join()
-        produced = sum(1 for _ in read_topic(app.overrides["bootstrap_servers"], topic))
-        missing = len(records) - produced
-        if missing > 0:  # the feeder stopped early: the rest goes in now
-            produce(
-                app.overrides["bootstrap_servers"], topic, records[produced:], partitions=PARTITIONS
-            )
-        # Drained: every source partition's position at its end.
-        bootstrap = app.overrides["bootstrap_servers"]
+        while chunks:
+            feed()
         wait_drained(proc, bootstrap)
         watch(proc.status() or {})
         proc.terminate()
         code = proc.wait(120)
         assert code == 0, (app.workdir / "run0.log").read_text()[-4000:]
     finally:
-        feeder.stop_event.set()
         proc.kill9()
     status = proc.status() or {}
     watch(status)
