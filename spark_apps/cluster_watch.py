@@ -94,17 +94,22 @@ def query_url(status: dict[str, Any], executor: str) -> str:
 
 
 def worker_of(cluster: Any, executor: str) -> int:
-    """The index of the standalone worker that ran ``executor``: its work directory has a
-    folder ``<app id>/<executor id>`` for each executor it ran."""
+    """The index of the standalone worker that ran ``executor`` of the newest app."""
     for worker in cluster.workers:
-        if any(p.is_dir() for p in Path(worker.work_dir).glob(f"*/{executor}")):
+        if executor in executors_of_worker(worker):
             return int(worker.index)
     raise StatekeeperError(f"no worker's work directory holds executor {executor}")
 
 
 def executors_of_worker(worker: Any) -> set[str]:
-    """Spark's ids of the executors a standalone worker ran."""
-    return {p.name for p in Path(worker.work_dir).glob("*/*") if p.is_dir()}
+    """Spark's ids of the executors a standalone worker ran for the newest app on the
+    cluster: the worker makes a folder ``<app id>/<executor id>`` in its work directory for
+    each (executor ids restart at 0 with every app, so older apps' folders are left out)."""
+    apps = [p for p in Path(worker.work_dir).glob("app-*") if p.is_dir()]
+    if not apps:
+        return set()
+    newest = max(apps, key=lambda p: p.name)  # app-<yyyyMMddHHmmss>-<nnnn>: sorts by start
+    return {p.name for p in newest.iterdir() if p.is_dir()}
 
 
 class QueryLoop(threading.Thread):
