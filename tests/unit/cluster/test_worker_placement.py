@@ -142,8 +142,11 @@ def _take_in_process(args: tuple) -> list[str]:
 
 def test_concurrent_spark_tasks_of_one_executor_take_each_share_once(tmp_path):
     shares = [[_run(f"0_{p}", "1" if p % 3 else "2")] for p in range(12)]
-    with multiprocessing.get_context("fork").Pool(6) as pool:
-        taken = pool.map(_take_in_process, [(i, shares, str(tmp_path)) for i in range(16)])
+    # spawn, not fork: forking a test process with other threads running (Kafka clients of
+    # other tests) can leave a child stuck on a lock copied mid-use (it hung a make test).
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
+        work = [(i, shares, str(tmp_path)) for i in range(16)]
+        taken = pool.map_async(_take_in_process, work).get(timeout=120)
     ran = [t for share in taken for t in share]
     placed_on_1 = [r.task_id for share in shares for r in share if r.executor == "1"]
     assert sorted(ran) == sorted(placed_on_1)  # each once, none of executor "2"
