@@ -111,6 +111,9 @@ def test_a_moved_task_never_reuses_or_commits_its_stale_copy(broker, admin, topi
             moved,
         )
         assert [r for r in skipped if hasattr(r, "task_id")] == []
+        assert [(r.task, r.reason) for r in skipped if hasattr(r, "reason")] == [
+            (TASK, "task moved to executor b")
+        ]
         assert len(_services(on_a).parked) == 0, "the stale copy stayed open"
         # B (a state dir of its own, here run without an executor tag) restores from the
         # changelog, replays batch 1 that A never committed, and commits batches 1-3.

@@ -21,7 +21,7 @@ from statekeeper.cluster.placement import TaskPlacementRegistry
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.standby.listener import replay_event
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
-from statekeeper.worker.task_runner import ExecutorReport, spread_runs
+from statekeeper.worker.task_runner import ExecutorReport, StaleCopyClosed, spread_runs
 
 log = logging.getLogger("statekeeper.app")
 
@@ -54,6 +54,7 @@ class ExecutorPlacement:
         self.restores: Counter[tuple[str, str]] = Counter()  # (cause, source) -> count
         self.restored_records: Counter[str] = Counter()  # cause -> records replayed
         self.stale_copies = 0
+        self.recent_stale: list[dict[str, str]] = []
         self.reports: dict[str, dict[str, Any]] = {}
         self._event_listeners: list[Any] = []
         # Batch loads (hundreds a second while a copy catches up) and the rare starts and
@@ -100,8 +101,6 @@ class ExecutorPlacement:
             previous = self._last_ran.get(result.task_id)
             executor = result.executor_id or DRIVER_EXECUTOR_ID
             self._last_ran[result.task_id] = executor
-            if result.stale_copy:
-                self.stale_copies += 1
             if result.warm or not result.restored:
                 continue
             cause = "start" if previous is None else "moved" if previous != executor else "reopened"
@@ -116,6 +115,15 @@ class ExecutorPlacement:
                     executor,
                     [(r.get("store"), r.get("source"), r.get("records")) for r in result.restored],
                 )
+
+    def note_stale(self, closed: list[StaleCopyClosed]) -> None:
+        """Copies of moved tasks that workers closed without a commit."""
+        for item in closed:
+            self.stale_copies += 1
+            self.recent_stale.append(
+                {"task": item.task, "executor": item.executor_id, "reason": item.reason}
+            )
+        del self.recent_stale[:-20]
 
     def note_reports(self, reports: list[ExecutorReport]) -> None:
         """Executors' services reports: query endpoints go into the next assignment; standby
@@ -208,6 +216,7 @@ class ExecutorPlacement:
             ],
             "restored_records": dict(self.restored_records),
             "stale_copies_closed": self.stale_copies,
+            "recent_stale_copies": list(self.recent_stale),
             "standby_lag": self.standby_lag(),
             "standby_events": self._recent_standby_events(),
             "standby_event_counts": dict(self.standby_event_counts),

@@ -45,6 +45,7 @@ from statekeeper.state.restore_progress import read_restore_progress
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
 from statekeeper.worker.task_runner import (
     ExecutorReport,
+    StaleCopyClosed,
     executor_report,
     run_share,
     settings_to_json,
@@ -560,6 +561,7 @@ class StatekeeperApp:
                 .collect()
             )
             self.placement.note_reports([o for o in out if isinstance(o, ExecutorReport)])
+            self.placement.note_stale([o for o in out if isinstance(o, StaleCopyClosed)])
             ran_now = [o for o in out if isinstance(o, TaskRunResult)]
             self.placement.note_results(ran_now)
             results += ran_now

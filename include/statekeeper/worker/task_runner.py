@@ -110,7 +110,7 @@ def run_share(
     topology: Any,
     settings_json: str,
     assignment_json: str | None = None,
-) -> list[TaskRunResult | ExecutorReport]:
+) -> list[TaskRunResult | ExecutorReport | StaleCopyClosed]:
     """One Spark task of a batch: run the tasks parked in this worker, then one share of
     this executor's tasks that no other Spark task took; returns one result per task run
     here (and this executor's services report, when it hosts any).
@@ -147,11 +147,12 @@ def run_share(
         services.busy,
         raised_gc_threshold(settings.worker_gc_threshold),
     ):
-        results: list[TaskRunResult | ExecutorReport] = list(
-            _run_share(index, shares, job, topology, services, executor.executor_id)
-        )
-        if results:  # uploads this worker finished meanwhile, of any task
-            results[0].snapshots.extend(services.snapshots.drain_uploads())  # type: ignore[union-attr]
+        stale: dict[str, str] = {}
+        ran = _run_share(index, shares, job, topology, services, executor.executor_id, stale)
+        if ran:  # uploads this worker finished meanwhile, of any task
+            ran[0].snapshots.extend(services.snapshots.drain_uploads())
+    results: list[TaskRunResult | ExecutorReport | StaleCopyClosed] = list(ran)
+    results += [StaleCopyClosed(t, executor.executor_id, why) for t, why in stale.items()]
     report = read_report(settings.state_dir, settings.application_id)
     if report is not None:
         results.append(ExecutorReport(executor.executor_id, executor.host, report))
@@ -176,6 +177,16 @@ def executor_report(
     ensure_executor_services(settings, settings.state_dir, executor, topology)
     report = read_report(settings.state_dir, settings.application_id)
     return [] if report is None else [ExecutorReport(executor.executor_id, executor.host, report)]
+
+
+@dataclass
+class StaleCopyClosed:
+    """A copy of ``task`` left open in a worker of ``executor_id`` that was closed without a
+    commit because the task had moved (``reason``), sent back beside the task results."""
+
+    task: str
+    executor_id: str
+    reason: str
 
 
 @dataclass
@@ -254,7 +265,10 @@ def _run_share(
     topology: Any,
     services: _WorkerServices,
     me: str,
+    stale: dict[str, str],
 ) -> list[TaskRunResult]:
+    """Run this worker's parked tasks of the batch and one share (see :func:`run_share`);
+    ``stale`` collects the parked copies closed because their task moved."""
     from statekeeper.state.directory import TaskDirectory, TaskLock
     from statekeeper.worker.batch_claims import claim, is_claimed
 
@@ -264,7 +278,6 @@ def _run_share(
         return TaskDirectory(settings.state_dir, settings.application_id, run.task_id)
 
     warm: list[tuple[TaskRun, ParkedTask]] = []
-    stale: dict[str, str] = {}
     try:
         for run in (r for share in shares for r in share):
             path = directory(run).path

@@ -147,15 +147,18 @@ def test_a_warm_run_on_another_executor_counts_as_its_last_executor(placement):
 
 
 def test_stale_copies_are_counted(placement):
-    placement.note_results(
+    from statekeeper.worker.task_runner import StaleCopyClosed
+
+    placement.note_stale(
         [
-            _result("0_0", "1", [], stale_copy="task moved to executor 2"),
-            _result("0_1", "1", []),
-            _result("0_2", "1", [], stale_copy="placement epoch 1 is older than 2"),
+            StaleCopyClosed("0_0", "1", "task moved to executor 2"),
+            StaleCopyClosed("0_2", "1", "placement epoch 1 is older than 2"),
         ]
     )
     assert placement.stale_copies == 2
-    assert placement.status()["stale_copies_closed"] == 2
+    status = placement.status()
+    assert status["stale_copies_closed"] == 2
+    assert [s["task"] for s in status["recent_stale_copies"]] == ["0_0", "0_2"]
 
 
 # -- reports: endpoints, standby events and lag ------------------------------------------------

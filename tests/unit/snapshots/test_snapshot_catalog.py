@@ -35,6 +35,8 @@ NOW = datetime.now(UTC)
 def _now_follows_the_clock() -> None:
     global NOW
     NOW = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+
+
 APP = "app"
 
 
