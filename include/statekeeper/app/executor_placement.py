@@ -30,7 +30,10 @@ STANDBY_EVENTS_KEPT = 500
 
 
 def alive_executors(spark_context: Any) -> list[str]:
-    """Spark's live executor ids (``["driver"]`` in local mode, which has no other)."""
+    """Spark's live executor ids (``["driver"]`` in local mode, which has no other; asking a
+    local SparkContext would log "Requesting executors is not supported" at every call)."""
+    if str(spark_context.master).startswith("local"):
+        return [DRIVER_EXECUTOR_ID]
     ids = str(spark_context._jsc.sc().getExecutorIds().mkString(",")).strip()
     alive = sorted((i for i in ids.split(",") if i), key=lambda i: (len(i), i))
     return alive or [DRIVER_EXECUTOR_ID]
