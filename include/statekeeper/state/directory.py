@@ -55,38 +55,15 @@ class TaskLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        path = self.directory.lock_file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    raise
-                # Kept present while waiting: another waiter that got the lock first
-                # removes it, and the next holder must still see that somebody waits.
-                request = self.directory.release_request_file
-                if not request.exists():
-                    request.touch()
-                if time.monotonic() >= deadline:
-                    holder = _read_holder(fd)
-                    os.close(fd)
-                    raise TaskLockedError(
-                        f"task {self.directory.task_id} of {self.directory.application_id} is "
-                        f"locked by PID {holder} ({path}); waited {self.timeout_s:.0f} s. "
-                        "Stop that process or point this one at another state_dir."
-                    ) from None
-                time.sleep(0.01)
-        # Any request is answered now (also a stale one whose waiter gave up); a waiter
-        # still queued renews it.
-        self.directory.release_request_file.unlink(missing_ok=True)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+        fd, holder = self._flock(self.timeout_s, ask_holder=True)
+        if fd is None:
+            raise TaskLockedError(
+                f"task {self.directory.task_id} of {self.directory.application_id} is "
+                f"locked by PID {holder} ({self.directory.lock_file}); waited "
+                f"{self.timeout_s:.0f} s. Stop that process or point this one at another "
+                "state_dir."
+            )
+        self._own(fd)
 
     def try_acquire(self, wait_s: float) -> bool:
         """Take the lock if it frees within ``wait_s``; never leave a release request.
@@ -95,6 +72,15 @@ class TaskLock:
         task to let go would steal its task. Returns whether the lock is now held."""
         if self._fd is not None:
             return True
+        fd, _holder = self._flock(wait_s, ask_holder=False)
+        if fd is None:
+            return False
+        self._own(fd)
+        return True
+
+    def _flock(self, wait_s: float, *, ask_holder: bool) -> tuple[int | None, str]:
+        """Wait up to ``wait_s`` for the lock: its file descriptor, or None and the holder's
+        PID. ``ask_holder`` leaves a release request while waiting."""
         path = self.directory.lock_file
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -102,21 +88,30 @@ class TaskLock:
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return fd, ""
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     os.close(fd)
                     raise
+                if ask_holder:
+                    # Kept present while waiting: another waiter that got the lock first
+                    # removes it, and the next holder must still see that somebody waits.
+                    request = self.directory.release_request_file
+                    if not request.exists():
+                        request.touch()
                 if time.monotonic() >= deadline:
+                    holder = _read_holder(fd)
                     os.close(fd)
-                    return False
+                    return None, holder
                 time.sleep(0.01)
-        # As in acquire(): a stale request is dropped; a waiter still queued renews it.
+
+    def _own(self, fd: int) -> None:
+        # Any request is answered now (also a stale one whose waiter gave up); a waiter
+        # still queued renews it.
         self.directory.release_request_file.unlink(missing_ok=True)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
-        return True
 
     @property
     def held(self) -> bool:
