@@ -123,11 +123,6 @@ def run_share(
     executors, so each one picks, on the executor it landed on, a share placed there
     (:func:`_take_share`); a share nobody took runs in the driver's next pass.
     """
-    from statekeeper.worker.executor_services import (
-        ensure_executor_services,
-        publish_assignment,
-        read_report,
-    )
     from statekeeper.worker.gc_freeze import (
         frozen_after_share,
         in_spark_task,
@@ -138,8 +133,7 @@ def run_share(
     settings = services.settings
     executor = current_executor()
     if assignment_json is not None:
-        publish_assignment(settings.state_dir, Assignment.from_json(assignment_json))
-        ensure_executor_services(settings, settings.state_dir, executor, topology)
+        _follow_assignment(settings, executor, topology, assignment_json)
     # ``busy`` is held while this worker runs tasks: the parked-task watcher commits a task
     # it hands over only while the worker is idle (see ParkedTasks).
     with (
@@ -153,9 +147,7 @@ def run_share(
             ran[0].snapshots.extend(services.snapshots.drain_uploads())
     results: list[TaskRunResult | ExecutorReport | StaleCopyClosed] = list(ran)
     results += [StaleCopyClosed(t, executor.executor_id, why) for t, why in stale.items()]
-    report = read_report(settings.state_dir, settings.application_id)
-    if report is not None:
-        results.append(ExecutorReport(executor.executor_id, executor.host, report))
+    results += _executor_report(settings, executor)
     return results
 
 
@@ -165,16 +157,26 @@ def executor_report(
     """A Spark task that runs no stream task: it hands the assignment to its executor, starts
     the executor's services if none runs, and returns the executor's report (an idle app's
     standby lag and events would otherwise wait for the next batch)."""
-    from statekeeper.worker.executor_services import (
-        ensure_executor_services,
-        publish_assignment,
-        read_report,
-    )
-
     settings = _services(settings_json).settings
     executor = current_executor()
+    _follow_assignment(settings, executor, topology, assignment_json)
+    return _executor_report(settings, executor)
+
+
+def _follow_assignment(
+    settings: StatekeeperSettings, executor: Any, topology: Any, assignment_json: str
+) -> None:
+    """Hand the driver's assignment to this executor and start its services if none runs."""
+    from statekeeper.worker.executor_services import ensure_executor_services, publish_assignment
+
     publish_assignment(settings.state_dir, Assignment.from_json(assignment_json))
     ensure_executor_services(settings, settings.state_dir, executor, topology)
+
+
+def _executor_report(settings: StatekeeperSettings, executor: Any) -> list[ExecutorReport]:
+    """This executor's services report, when its services have written one."""
+    from statekeeper.worker.executor_services import read_report
+
     report = read_report(settings.state_dir, settings.application_id)
     return [] if report is None else [ExecutorReport(executor.executor_id, executor.host, report)]
 
