@@ -2,16 +2,20 @@
 
 The tests run in file order on one cluster (module-scoped fixture): a driver in a
 subprocess keeps an application with one executor per worker running while the tests look
-at listeners, kill worker 0 and restart it; the last cluster test stops it all. The
-driver is a subprocess because a SparkContext is per process and the tests' local[2]
-session may live in this one.
+at listeners, kill worker 0 and restart it, freeze worker 1 and thaw it; the last cluster
+test freezes a worker again and stops it all. The driver is a subprocess because a
+SparkContext is per process and the tests' local[2] session may live in this one. The
+freeze/thaw/kill/stop mechanics are also checked without Spark, on a fake "host" (a process
+group and a child in a group of its own, as pyspark's daemon is).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -22,8 +26,14 @@ from typing import Any
 
 import pytest
 
-from statekeeper.cluster.local_cluster import STATE_FILE, LocalSparkCluster
-from statekeeper.procfs import start_ticks
+from statekeeper.cluster.local_cluster import (
+    CLUSTER_MARKER_ENV,
+    STATE_FILE,
+    ClusterConfig,
+    LocalSparkCluster,
+    WorkerInfo,
+)
+from statekeeper.procfs import proc_stat, start_ticks
 
 pytestmark = pytest.mark.xdist_group("spark_cluster")
 
@@ -78,6 +88,12 @@ def _is_loopback(address: str) -> bool:
     ip = ipaddress.ip_address(address)
     mapped = getattr(ip, "ipv4_mapped", None)
     return (mapped or ip) == ipaddress.ip_address("127.0.0.1")
+
+
+def _state(pid: int) -> str:
+    """``/proc/<pid>/stat``'s state letter ('T': stopped by a signal), '' when gone."""
+    stat = proc_stat(pid)
+    return "" if stat is None else stat.state
 
 
 def _wait_for(condition: Any, timeout_s: float, what: str) -> None:
@@ -231,12 +247,43 @@ def test_restart_worker_brings_it_back_with_the_same_dirs(
     assert f"STATEKEEPER_EXECUTOR_STATE_DIR={old.state_dir}".encode() in environ
 
 
+def test_freeze_worker_stops_every_process_of_its_host_and_thaw_continues_them(
+    spark_cluster: LocalSparkCluster, app_on_cluster: dict[str, Any]
+) -> None:
+    before = spark_cluster.worker_processes(1)
+    commands = {pid: _cmdline(pid) for pid in before}
+    assert any("deploy.worker.Worker" in c for c in commands.values()), commands
+    assert any("CoarseGrainedExecutorBackend" in c for c in commands.values()), commands
+    assert any("pyspark.daemon" in c for c in commands.values()), commands
+    other = spark_cluster.worker_processes(0)
+    try:
+        frozen = spark_cluster.freeze_worker(1)
+
+        assert set(frozen) >= set(before)
+        assert {pid: _state(pid) for pid in frozen} == {pid: "T" for pid in frozen}
+        assert all(_state(pid) not in ("T", "") for pid in other)  # worker 0 runs on
+        assert spark_cluster.frozen_workers() == [1]
+        assert [w["frozen"] for w in spark_cluster.status()["workers"]] == [False, True]
+        # Another process (``statekeeper cluster status``/``stop``) sees it frozen.
+        assert LocalSparkCluster.attach(spark_cluster.base_dir).frozen_workers() == [1]
+    finally:
+        thawed = spark_cluster.thaw_worker(1)
+
+    assert set(thawed) >= set(frozen)
+    assert all(_state(pid) not in ("T", "") for pid in frozen), {p: _state(p) for p in frozen}
+    assert spark_cluster.frozen_workers() == []
+    assert spark_cluster.thaw_worker(1) == []  # not frozen: nothing to do
+    assert spark_cluster.workers[1].alive()
+
+
 def test_stop_leaves_no_process(
     spark_cluster: LocalSparkCluster, app_on_cluster: dict[str, Any]
 ) -> None:
     running = spark_cluster.processes()
     assert len(running) >= 5  # master, 2 workers, executors, Python daemons
     ticks = {pid: start_ticks(pid) for pid in running}
+    # A frozen worker is stopped too, without waiting for it to handle SIGTERM.
+    spark_cluster.freeze_worker(1)
     started = time.monotonic()
     spark_cluster.stop()
     assert time.monotonic() - started < 20
@@ -283,3 +330,97 @@ def test_cli_start_status_stop(tmp_path: Path) -> None:
     finally:
         if Path(base, STATE_FILE).exists():
             LocalSparkCluster.attach(Path(base)).stop()
+
+
+# -- freeze, thaw, kill and stop on a fake host (no Spark) -------------------------------------
+
+#: A "worker": its process sleeps and forks a child that leaves the group, as pyspark's
+#: daemon does (``os.setpgid(0, 0)``); both carry the worker's marker. Bounded: each
+#: exits on its own after 120 s.
+FAKE_HOST = """
+import os, time
+deadline = time.monotonic() + 120
+if os.fork() == 0:
+    os.setpgid(0, 0)
+while time.monotonic() < deadline:
+    time.sleep(0.02)
+"""
+
+
+@contextlib.contextmanager
+def _fake_host(tmp_path: Path) -> Iterator[tuple[LocalSparkCluster, list[int]]]:
+    cluster = LocalSparkCluster(ClusterConfig(base_dir=tmp_path, workers=1, stop_timeout_s=5))
+    env = {**os.environ, CLUSTER_MARKER_ENV: str(cluster.worker_dir(0))}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FAKE_HOST], env=env, start_new_session=True, cwd=tmp_path
+    )
+    try:
+        cluster._workers = [
+            WorkerInfo("worker-0", proc.pid, start_ticks(proc.pid) or -1, "", 0, index=0)
+        ]
+        _wait_for(lambda: len(cluster.worker_processes(0)) == 2, 30, "the fake host's child")
+        pids = cluster.worker_processes(0)
+        groups = {proc_stat(pid).group for pid in pids}  # type: ignore[union-attr]
+        assert len(groups) == 2, groups  # the child left the worker's group
+        yield cluster, pids
+    finally:
+        for pid in cluster.processes():  # whatever the test left: never stopped, never alive
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait(10)
+
+
+def test_freeze_and_thaw_a_fake_host(tmp_path: Path) -> None:
+    with _fake_host(tmp_path) as (cluster, pids):
+        try:
+            assert sorted(cluster.freeze_worker(0)) == sorted(pids)
+            assert [_state(pid) for pid in pids] == ["T", "T"]
+            assert cluster.freeze_worker(0) == sorted(pids)  # again: nothing new
+            state = json.loads(cluster.state_file.read_text())
+            assert sorted(pid for pid, _ in state["frozen"]["0"]) == sorted(pids)
+        finally:
+            thawed = cluster.thaw_worker(0)
+        assert sorted(thawed) == sorted(pids)
+        assert all(_state(pid) not in ("T", "") for pid in pids)
+        assert json.loads(cluster.state_file.read_text())["frozen"] == {}
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_kill_of_a_frozen_fake_host(tmp_path: Path, how: str) -> None:
+    with _fake_host(tmp_path) as (cluster, pids):
+        ticks = {pid: start_ticks(pid) for pid in pids}
+        cluster.freeze_worker(0)
+        cluster.kill_worker(0, getattr(signal, how))
+        _wait_for(
+            lambda: all(start_ticks(pid) != ticks[pid] for pid in pids), 10, f"{how} to end it"
+        )
+        assert cluster.frozen_workers() == []
+
+
+def test_stop_of_a_frozen_fake_host_does_not_wait_for_sigterm(tmp_path: Path) -> None:
+    with _fake_host(tmp_path) as (cluster, pids):
+        ticks = {pid: start_ticks(pid) for pid in pids}
+        cluster.freeze_worker(0)
+        started = time.monotonic()
+        cluster.stop()
+        assert time.monotonic() - started < cluster.config.stop_timeout_s
+        assert all(start_ticks(pid) != ticks[pid] for pid in pids)
+        assert cluster.processes() == []
+
+
+def test_stop_ends_processes_frozen_by_another_process(tmp_path: Path) -> None:
+    """``statekeeper cluster stop`` (attach) of a worker someone else froze: the stopped
+    processes are killed, not waited for."""
+    with _fake_host(tmp_path) as (cluster, pids):
+        ticks = {pid: start_ticks(pid) for pid in pids}
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        cluster._write_state()
+        other = LocalSparkCluster.attach(tmp_path)
+        started = time.monotonic()
+        other.stop()
+        assert time.monotonic() - started < cluster.config.stop_timeout_s
+        assert all(start_ticks(pid) != ticks[pid] for pid in pids)

@@ -15,6 +15,14 @@ therefore carries :data:`CLUSTER_MARKER_ENV` (``<base>/master`` or ``<base>/work
 its environment, which children inherit, and :meth:`LocalSparkCluster.kill_worker` and
 :meth:`~LocalSparkCluster.stop` signal the recorded groups and every process found with the
 marker in ``/proc/<pid>/environ``: a whole "host" goes down, Python workers included.
+:meth:`~LocalSparkCluster.freeze_worker` and :meth:`~LocalSparkCluster.thaw_worker` find a
+worker's processes the same way and SIGSTOP / SIGCONT them: a host that pauses (a VM
+suspended, a partition) and comes back, its processes unaware of the time that passed.
+
+The master and the workers run with ``spark.worker.timeout`` of
+:attr:`ClusterConfig.worker_timeout_s` (20 s; Spark's default is 60 s): the master drops a
+worker that stopped heartbeating (a frozen one) after 20-40 s and tells the app its
+executors are lost, and workers heartbeat every quarter of it.
 
 ``<base>/cluster.json`` records pids with their start times (``/proc/<pid>/stat``; a pid
 whose start time differs is another process and is never signalled), ports and directories,
@@ -41,7 +49,7 @@ from typing import Any
 
 from statekeeper.cluster.executor import EXECUTOR_STATE_DIR_ENV
 from statekeeper.errors import StatekeeperError
-from statekeeper.procfs import all_pids, boot_id, group_members, start_ticks
+from statekeeper.procfs import all_pids, boot_id, group_members, proc_stat, start_ticks
 
 #: In the environment of every process of a local cluster (and inherited by its children):
 #: ``<base>/master`` or ``<base>/worker-<i>``.
@@ -52,6 +60,8 @@ MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 #: The include/ directory (the one holding the statekeeper package), for PYTHONPATH.
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+#: freeze_worker stops what it finds, then looks again for processes forked meanwhile.
+FREEZE_ROUNDS = 10
 
 
 class ClusterError(StatekeeperError):
@@ -78,6 +88,10 @@ class ClusterConfig:
     extra_env: dict[str, str] = field(default_factory=dict)  # for every process
     start_timeout_s: float = 90.0
     stop_timeout_s: float = 15.0
+    #: ``spark.worker.timeout`` of the master and the workers, in seconds (Spark: 60): how long
+    #: the master waits for a worker's heartbeat before it declares the worker (and the
+    #: executors on it) lost. Workers heartbeat every quarter of it. None: Spark's default.
+    worker_timeout_s: int | None = 20
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir).absolute()
@@ -85,6 +99,14 @@ class ClusterConfig:
             raise ClusterError(f"a cluster needs at least one worker, not {self.workers}")
         if self.cores_per_worker < 1:
             raise ClusterError(f"cores_per_worker must be >= 1, not {self.cores_per_worker}")
+        if self.worker_timeout_s is not None and self.worker_timeout_s < 4:
+            raise ClusterError(f"worker_timeout_s must be >= 4 s, not {self.worker_timeout_s}")
+
+    def daemon_opts(self) -> str:
+        """``-D`` options for the master and the worker JVMs (both read the worker timeout)."""
+        if self.worker_timeout_s is None:
+            return ""
+        return f"-Dspark.worker.timeout={self.worker_timeout_s}"
 
 
 @dataclass
@@ -143,6 +165,8 @@ class LocalSparkCluster:
         self._workers: list[WorkerInfo] = []
         self._master_port = config.master_port
         self._started_at = 0.0
+        #: Frozen workers (freeze_worker): index -> {pid: start ticks} of the processes stopped.
+        self._frozen: dict[int, dict[int, int]] = {}
 
     # -- paths and addresses -------------------------------------------------------------------
 
@@ -225,11 +249,13 @@ class LocalSparkCluster:
     def _master_opts(self) -> str:
         rest = self.config.rest_port
         if rest is None:
-            return "-Dspark.master.rest.enabled=false"
-        return (
-            f"-Dspark.master.rest.enabled=true -Dspark.master.rest.host={LOOPBACK} "
-            f"-Dspark.master.rest.port={rest or free_port()}"
-        )
+            opts = "-Dspark.master.rest.enabled=false"
+        else:
+            opts = (
+                f"-Dspark.master.rest.enabled=true -Dspark.master.rest.host={LOOPBACK} "
+                f"-Dspark.master.rest.port={rest or free_port()}"
+            )
+        return f"{opts} {self.config.daemon_opts()}".strip()
 
     def _env(self, home: Path, role: str, master_opts: str = "") -> dict[str, str]:
         cfg = self.config
@@ -272,6 +298,9 @@ class LocalSparkCluster:
         state.mkdir(parents=True, exist_ok=True)
         env = self._env(home, f"worker-{index}")
         env["SPARK_WORKER_DIR"] = str(work)
+        opts = f"{env.get('SPARK_WORKER_OPTS', '')} {cfg.daemon_opts()}".strip()
+        if opts:
+            env["SPARK_WORKER_OPTS"] = opts
         env[EXECUTOR_STATE_DIR_ENV] = str(state)
         argv = [
             str(home / "bin" / "spark-class"),
@@ -385,6 +414,8 @@ class LocalSparkCluster:
             }
             for w in self._workers
         ]
+        for entry in workers:
+            entry["frozen"] = entry["index"] in self._frozen
         return {
             "base_dir": str(self.base_dir),
             "running": master_alive and len(alive) == len(self._workers) > 0,
@@ -409,16 +440,80 @@ class LocalSparkCluster:
         """Send ``signal`` to worker ``index``'s process group (the worker JVM and its
         executor JVMs) and to every process carrying its marker (the executors' pyspark
         daemons and Python workers, which pyspark puts in a process group of their own); with
-        SIGKILL, wait until they are gone. Returns the pids signalled."""
-        victims = self.worker_processes(index)
+        SIGKILL, wait until they are gone. A frozen worker (:meth:`freeze_worker`) is no
+        longer frozen afterwards: SIGKILL ends stopped processes, any other signal is
+        followed by SIGCONT so that they handle it. Returns the pids signalled."""
+        victims = sorted(set(self.worker_processes(index)) | set(self._frozen_pids(index)))
         worker = self._worker(index)
         if worker.alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(worker.pid, signal)
         _signal_pids(victims, signal)
+        if signal not in (signals.SIGKILL, signals.SIGSTOP) and index in self._frozen:
+            # A stopped process keeps any other signal pending until it runs again.
+            _signal_pids(victims, signals.SIGCONT)
+        if signal != signals.SIGSTOP and self._frozen.pop(index, None) is not None:
+            self._write_state()
         if signal == signals.SIGKILL:
             _wait_gone(victims, self.config.stop_timeout_s)
         return victims
+
+    def freeze_worker(self, index: int) -> list[int]:
+        """SIGSTOP every process of worker ``index``'s "host": its process group (the worker
+        JVM, the executor JVMs) and every process carrying its marker (the pyspark daemons
+        and Python workers, in a group of their own), as :meth:`kill_worker` finds them. A
+        process forked while they are being stopped is found and stopped in a next round.
+        The processes keep their sockets, locks and memory; nothing in them runs until
+        :meth:`thaw_worker` (or :meth:`kill_worker`, :meth:`stop`). Returns the pids stopped."""
+        worker = self._worker(index)
+        stopped = dict(self._frozen.get(index, {}))
+        if worker.alive():  # the worker JVM and its executor JVMs in one go
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(worker.pid, signals.SIGSTOP)
+        for _ in range(FREEZE_ROUNDS):
+            new = [pid for pid in self.worker_processes(index) if pid not in stopped]
+            if not new:
+                break
+            _signal_pids(new, signals.SIGSTOP)
+            for pid in new:
+                ticks = start_ticks(pid)
+                if ticks is not None:
+                    stopped[pid] = ticks
+        else:
+            left = [pid for pid in self.worker_processes(index) if pid not in stopped]
+            if left:
+                self._frozen[index] = stopped
+                self._write_state()
+                raise ClusterError(
+                    f"worker {index}: processes {left} still appeared after "
+                    f"{FREEZE_ROUNDS} rounds of SIGSTOP"
+                )
+        self._frozen[index] = stopped
+        self._write_state()
+        return sorted(stopped)
+
+    def thaw_worker(self, index: int) -> list[int]:
+        """SIGCONT the processes :meth:`freeze_worker` stopped (those still running, by pid and
+        start time) and every process of the worker now; they go on where they stopped.
+        Returns the pids continued. A worker that is not frozen is left as it is."""
+        self._worker(index)
+        if index not in self._frozen:
+            return []
+        pids = sorted(set(self._frozen_pids(index)) | set(self.worker_processes(index)))
+        _signal_pids(pids, signals.SIGCONT)
+        del self._frozen[index]
+        self._write_state()
+        return pids
+
+    def frozen_workers(self) -> list[int]:
+        """Indexes of the workers frozen by :meth:`freeze_worker` and not thawed since."""
+        return sorted(self._frozen)
+
+    def _frozen_pids(self, index: int) -> list[int]:
+        """The pids freeze_worker stopped for worker ``index`` that are still those processes."""
+        return [
+            pid for pid, ticks in self._frozen.get(index, {}).items() if start_ticks(pid) == ticks
+        ]
 
     def restart_worker(self, index: int) -> WorkerInfo:
         """Start worker ``index`` again (same directories, environment and web UI port) and
@@ -440,7 +535,18 @@ class LocalSparkCluster:
 
     def stop(self) -> list[int]:
         """SIGTERM every process group (workers first, then the master), SIGKILL what is
-        left after ``stop_timeout_s``. Idempotent. Returns the pids that had to be killed."""
+        left after ``stop_timeout_s``. Idempotent. Returns the pids that had to be killed.
+
+        Processes of a frozen worker (and any other stopped process of the cluster, e.g.
+        frozen by another process) get SIGKILL at once: a stopped process would hold a
+        SIGTERM pending until the timeout, and continuing it first would let it run on
+        with its stale view (a frozen host is not shut down gracefully either)."""
+        frozen = {pid for index in list(self._frozen) for pid in self._frozen_pids(index)}
+        frozen |= {pid for pid in self.processes() if _is_stopped(pid)}
+        if frozen:
+            _signal_pids(frozen, signals.SIGKILL)
+            _wait_gone(frozen, 5.0)
+        self._frozen.clear()
         found = self.processes()
         for proc in [*self._workers, *([self.master] if self.master else [])]:
             if proc.alive():
@@ -482,6 +588,7 @@ class LocalSparkCluster:
             "master_port": self._master_port,
             "master": asdict(self.master) if self.master else None,
             "workers": [asdict(w) for w in self._workers],
+            "frozen": {str(i): sorted(pids.items()) for i, pids in self._frozen.items()},
             "config": cfg,
         }
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -507,6 +614,10 @@ class LocalSparkCluster:
             if document.get("master"):
                 cluster.master = ProcessInfo(**document["master"])
             cluster._workers = [WorkerInfo(**w) for w in document.get("workers", [])]
+            cluster._frozen = {
+                int(i): {int(pid): int(ticks) for pid, ticks in pids}
+                for i, pids in (document.get("frozen") or {}).items()
+            }
         return cluster
 
 
@@ -555,6 +666,12 @@ def _marked(matches: Callable[[str], bool]) -> list[int]:
                     found.append(pid)
                 break
     return found
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (state T in ``/proc/<pid>/stat``)."""
+    stat = proc_stat(pid)
+    return stat is not None and stat.state == "T"
 
 
 def _signal_pids(pids: Iterable[int], sig: int) -> None:
