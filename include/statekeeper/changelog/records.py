@@ -1,4 +1,4 @@
-"""Changelog record formats: topic names and the commit marker (DESIGN.md invariant 2)."""
+"""Changelog record formats: topic names and the commit marker (docs/fencing.md)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,14 @@ class CommitMarker:
     task_id: str
     store: str
     source_offsets: dict[str, int] = field(default_factory=dict)
+    #: The writer's task epoch (changelog.fencing); 0: written without fencing.
+    epoch: int = 0
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+        raw = asdict(self)
+        if not self.epoch:
+            del raw["epoch"]  # byte-identical to markers written before fencing
+        return json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes | None, *, where: str) -> CommitMarker:
@@ -38,6 +43,7 @@ class CommitMarker:
                 task_id=str(raw["task_id"]),
                 store=str(raw["store"]),
                 source_offsets={str(k): int(v) for k, v in raw["source_offsets"].items()},
+                epoch=int(raw.get("epoch", 0)),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ChangelogCorruptError(

@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from operator import methodcaller
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer
 
+from statekeeper.changelog.fencing import CommitSplitter, FenceCounts, is_marker_key
 from statekeeper.changelog.listeners import BaseRestoreListener, StateRestoreListener
-from statekeeper.changelog.records import MARKER_KEY, CommitMarker
+from statekeeper.changelog.records import CommitMarker
 from statekeeper.errors import (
     BrokerUnavailableError,
     ChangelogCorruptError,
@@ -71,6 +71,9 @@ class RestoreOutcome:
     seconds: float = 0.0
     full: bool = False
     tail: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    #: The partition's fence after the read (its newest epoch) and what fencing dropped.
+    fence: int = 0
+    fenced: FenceCounts = field(default_factory=FenceCounts)
 
     @property
     def records_per_s(self) -> float:
@@ -79,6 +82,14 @@ class RestoreOutcome:
     @property
     def bytes_per_s(self) -> float:
         return self.restored_bytes / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class EpochCheck:
+    """The newest epoch on a partition past a point, and what fencing dropped there."""
+
+    fence: int
+    fenced: FenceCounts
 
 
 class ChangelogRestorer:
@@ -118,6 +129,29 @@ class ChangelogRestorer:
         job.store.wipe()
         return self._restore_from(job, StoreMetadata())
 
+    def newest_epoch(
+        self, topic: str, partition: int, from_offset: int | None, fence: int
+    ) -> EpochCheck:
+        """Read ``topic[partition]`` from ``from_offset`` (None: the start) to its end,
+        applying nothing, and report the newest epoch found there (at least ``fence``) and
+        what fencing dropped: how a writer checks it was not superseded."""
+        where = f"{topic}[{partition}]"
+        splitter = CommitSplitter(where, lambda *_: None, fence=fence)
+        tp = (topic, partition)
+        consumer = eof_consumer(self._consumer_config, "fence-check")
+        try:
+            starts = {tp: OFFSET_BEGINNING if from_offset is None else from_offset}
+            assign_at(consumer, starts)
+            reader = PartitionReader(consumer, starts, timeout_s=self.timeout_s, keyed=True)
+            try:
+                for _, msgs, keys in reader:
+                    splitter.take(msgs, keys)  # type: ignore[arg-type]
+            except (ReadStalledError, PartitionFetchError) as exc:
+                raise BrokerUnavailableError(f"checking the epoch of {where}: {exc}") from exc
+        finally:
+            consumer.close()
+        return EpochCheck(splitter.fence, splitter.fenced)
+
     # -- one partition ---------------------------------------------------------------------
 
     def _restore_from(self, job: RestoreJob, meta: StoreMetadata) -> RestoreOutcome:
@@ -128,7 +162,9 @@ class ChangelogRestorer:
         last_marker = (
             None
             if full
-            else CommitMarker(meta.batch_id or 0, job.task_id, store_name, meta.source_offsets)
+            else CommitMarker(
+                meta.batch_id or 0, job.task_id, store_name, meta.source_offsets, meta.epoch
+            )
         )
         outcome = RestoreOutcome(
             job=job,
@@ -195,19 +231,17 @@ class ChangelogRestorer:
         verify_offset: int | None,
         meta: StoreMetadata,
     ) -> None:
-        """Apply the records ``reader`` reads to the store, up to the last commit marker."""
+        """Apply the records ``reader`` reads to the store, up to the last commit marker,
+        fencing stale epochs (:mod:`statekeeper.changelog.fencing`)."""
         where = f"{job.topic}[{job.partition}]"
         tp = (job.topic, job.partition)
         # Records are deduplicated by key as they arrive: values are absolute (invariant 1),
         # so only the last one per key matters. `committed` is closed by a marker and waits
-        # to be written; `uncommitted` came after the last marker seen.
+        # to be written; the splitter holds what came after the last marker.
         committed: dict[bytes, bytes | None] = {}
         committed_count = 0  # records (not keys) behind `committed`
-        uncommitted: dict[bytes, bytes | None] = {}
-        uncommitted_count = 0
         pending_meta: StoreMetadata | None = None
         need_verify = verify_offset is not None
-        value_of = methodcaller("value")
 
         def write_committed() -> None:
             nonlocal committed, committed_count, pending_meta
@@ -219,6 +253,26 @@ class ChangelogRestorer:
                 )
             committed, committed_count, pending_meta = {}, 0, None
 
+        def on_commit(
+            closed: dict[bytes, bytes | None], count: int, marker: CommitMarker, offset: int
+        ) -> None:
+            nonlocal committed, committed_count, pending_meta
+            if committed:
+                committed.update(closed)
+            else:
+                committed = closed
+            committed_count += count
+            outcome.last_marker, outcome.marker_offset = marker, offset
+            pending_meta = StoreMetadata(
+                changelog_offset=offset,
+                batch_id=marker.batch_id,
+                source_offsets=marker.source_offsets,
+                epoch=marker.epoch,
+            )
+            if len(committed) >= self.batch_records:
+                write_committed()
+
+        splitter = CommitSplitter(where, on_commit, fence=meta.epoch)
         try:
             for _, msgs, keys in reader:
                 assert keys is not None  # a keyed read
@@ -227,41 +281,7 @@ class ChangelogRestorer:
                     self._verify_checkpoint(msgs, keys, verify_offset, meta, where)
                     if msgs[0].offset() == verify_offset:
                         msgs, keys = msgs[1:], keys[1:]
-                values = list(map(value_of, msgs))
-                outcome.restored_bytes += sum(map(len, keys)) + sum(map(len, filter(None, values)))
-                start = 0
-                while True:
-                    try:
-                        idx = keys.index(MARKER_KEY, start)
-                    except ValueError:
-                        break
-                    # The marker closes everything before it.
-                    uncommitted.update(zip(keys[start:idx], values[start:idx], strict=True))
-                    uncommitted_count += idx - start
-                    if committed:
-                        committed.update(uncommitted)
-                    else:
-                        committed = uncommitted
-                    committed_count += uncommitted_count
-                    uncommitted, uncommitted_count = {}, 0
-                    marker_offset = msgs[idx].offset()
-                    marker = CommitMarker.decode(
-                        values[idx], where=f"{where} offset {marker_offset}"
-                    )
-                    outcome.last_marker, outcome.marker_offset = marker, marker_offset
-                    pending_meta = StoreMetadata(
-                        changelog_offset=marker_offset,
-                        batch_id=marker.batch_id,
-                        source_offsets=marker.source_offsets,
-                    )
-                    start = idx + 1
-                    if len(committed) >= self.batch_records:
-                        write_committed()
-                if start:
-                    uncommitted.update(zip(keys[start:], values[start:], strict=True))
-                else:
-                    uncommitted.update(zip(keys, values, strict=True))
-                uncommitted_count += len(keys) - start
+                splitter.take(msgs, keys)
         except PartitionMissingError as exc:
             raise ChangelogTopicError(
                 f"changelog {where} does not exist: {exc.reason}; create the app's changelog "
@@ -287,8 +307,16 @@ class ChangelogRestorer:
             raise InconsistentStateError(
                 f"checkpointed offset {verify_offset} is beyond the end of changelog {where}"
             )
+        if verify_offset is not None and (late := splitter.unannounced_epochs()):
+            raise InconsistentStateError(
+                f"local state's commit at {where} offset {verify_offset} (epoch {meta.epoch}) "
+                f"was written after epoch {late[0]} had begun: a fenced writer's commit"
+            )
         write_committed()
-        outcome.tail = list(uncommitted.items())
+        outcome.restored_bytes = splitter.bytes_read
+        outcome.tail = list(splitter.pending.items())
+        outcome.fence = splitter.fence
+        outcome.fenced = splitter.fenced
 
     @staticmethod
     def _verify_checkpoint(
@@ -302,7 +330,7 @@ class ChangelogRestorer:
         first = msgs[0]
         if first.offset() != offset:
             return  # compacted: a later marker for the same key exists further on
-        if keys[0] != MARKER_KEY:
+        if not is_marker_key(keys[0]):
             raise InconsistentStateError(
                 f"changelog {where} offset {offset} is not a commit marker"
             )

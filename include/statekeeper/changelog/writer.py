@@ -7,7 +7,14 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from statekeeper.changelog.records import MARKER_KEY, CommitMarker
+from statekeeper.changelog.fencing import (
+    Headers,
+    begin_record,
+    marker_headers,
+    marker_key,
+    record_headers,
+)
+from statekeeper.changelog.records import CommitMarker
 from statekeeper.errors import ProduceError
 
 
@@ -50,21 +57,43 @@ class ChangelogWriter:
         with self._lock:
             self._marker_offsets[(msg.topic(), msg.partition())] = msg.offset()
 
-    def send(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        value: bytes | None,
+        headers: Headers | None = None,
+    ) -> None:
         """One record; see :meth:`send_all`."""
-        self.send_all(topic, partition, [(key, value)])
+        self.send_all(topic, partition, [(key, value)], headers)
 
-    def send_all(self, topic: str, partition: int, items: list[tuple[bytes, bytes | None]]) -> None:
+    def send_all(
+        self,
+        topic: str,
+        partition: int,
+        items: list[tuple[bytes, bytes | None]],
+        headers: Headers | None = None,
+    ) -> None:
         """Produce records to one partition in one tight loop (fire-and-forget: only
-        :meth:`flush` proves them delivered)."""
+        :meth:`flush` proves them delivered); ``headers`` (the writer's epoch stamp,
+        :func:`~statekeeper.changelog.fencing.record_headers`) go on every record."""
         produce, poll = self._producer.produce, self._producer.poll
         try:
-            for key, value in items:
-                try:
-                    produce(topic, value, key, partition)
-                except BufferError:
-                    poll(0.1)  # local queue full: let deliveries free room, then retry once
-                    produce(topic, value, key, partition)
+            if headers is None:
+                for key, value in items:
+                    try:
+                        produce(topic, value, key, partition)
+                    except BufferError:
+                        poll(0.1)  # local queue full: let deliveries free room, retry once
+                        produce(topic, value, key, partition)
+            else:
+                for key, value in items:
+                    try:
+                        produce(topic, value, key, partition, headers=headers)
+                    except BufferError:
+                        poll(0.1)
+                        produce(topic, value, key, partition, headers=headers)
         except KafkaException as exc:
             raise ProduceError(f"cannot produce to {topic}[{partition}]: {exc}") from exc
         self.records_sent += len(items)
@@ -103,11 +132,24 @@ class ChangelogWriter:
             self._marker_offsets.clear()
         for topic, partition, marker in markers:
             producer.produce(
-                topic, marker.encode(), MARKER_KEY, partition, on_delivery=self._on_marker_delivery
+                topic,
+                marker.encode(),
+                marker_key(marker.epoch),
+                partition,
+                on_delivery=self._on_marker_delivery,
+                headers=marker_headers(marker.epoch),
             )
         self._flush(producer, timeout_s)
         with self._lock:
             return dict(self._marker_offsets)
+
+    def write_begins(self, partitions: list[tuple[str, int]], epoch: int, timeout_s: float) -> None:
+        """Open ``partitions`` under ``epoch``: one begin record each, acknowledged before this
+        returns, so whatever an older epoch writes from now on is fenced (changelog.fencing)."""
+        for topic, partition in partitions:
+            key, value, headers = begin_record(epoch)
+            self._producer.produce(topic, value, key, partition, headers=headers)
+        self.flush(timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Deliver what is queued (best effort), then close both producers (idempotent).
@@ -128,15 +170,20 @@ class ChangelogWriter:
 
 
 class PartitionSink:
-    """A store's changelog sink: its records go to one partition of one changelog topic."""
+    """A store's changelog sink: its records go to one partition of one changelog topic,
+    stamped with the task's epoch."""
 
-    __slots__ = ("writer", "topic", "partition")
+    __slots__ = ("writer", "topic", "partition", "headers")
 
-    def __init__(self, writer: ChangelogWriter, topic: str, partition: int) -> None:
+    def __init__(self, writer: ChangelogWriter, topic: str, partition: int, epoch: int = 0) -> None:
         self.writer, self.topic, self.partition = writer, topic, partition
+        self.headers = record_headers(epoch)
 
     def __call__(self, key: bytes, value: bytes | None) -> None:
-        self.writer.send(self.topic, self.partition, key, value)
+        self.send_all([(key, value)])
 
     def send_all(self, items: list[tuple[bytes, bytes | None]]) -> None:
-        self.writer.send_all(self.topic, self.partition, items)
+        if self.headers is None:
+            self.writer.send_all(self.topic, self.partition, items)
+        else:
+            self.writer.send_all(self.topic, self.partition, items, self.headers)

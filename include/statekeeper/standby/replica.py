@@ -384,12 +384,18 @@ class StandbyTask:
             (p.topic, self.partition): None if p.applied_offset is None else p.applied_offset + 1
             for p in self.progress.values()
         }
+        # Reads go on fenced at each copy's last marker epoch (changelog.fencing).
+        fences = {
+            (p.topic, self.partition): self._stores[n].read_metadata().epoch
+            for n, p in self.progress.items()
+        }
         return ChangelogTail(
             self._consumer_config,
             self._stores_by_partition(),
             starts,
             batch_records=self._batch_records,
             on_applied=self._tail_applied,
+            fences=fences,
         )
 
     def _tail_applied(self, tp: tuple[str, int], meta: StoreMetadata, records: int) -> None:

@@ -25,7 +25,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from statekeeper.changelog.records import MARKER_KEY, CommitMarker
+from statekeeper.changelog.fencing import CommitSplitter, FenceCounts
+from statekeeper.changelog.records import CommitMarker
 from statekeeper.errors import BrokerUnavailableError, ChangelogCorruptError
 from statekeeper.kafka.partition_reader import TP, assign_at, eof_consumer
 from statekeeper.stores.base import StoreMetadata
@@ -48,7 +49,6 @@ TAIL_CONSUMER_OVERRIDES: dict[str, int] = {
 }
 
 _key = methodcaller("key")
-_value = methodcaller("value")
 
 
 def _tp(msg: Any) -> TP:
@@ -63,14 +63,30 @@ OnApplied = Callable[[TP, StoreMetadata, int], None]
 class _Partition:
     """One store's changelog partition: where the read is, and what waits for a marker."""
 
-    def __init__(self, store: Any, start: int | None) -> None:
+    def __init__(
+        self, tp: TP, store: Any, start: int | None, fence: int, tail: ChangelogTail
+    ) -> None:
         self.store = store
         self.position = 0 if start is None else start
-        self.uncommitted: dict[bytes, bytes | None] = {}
-        self.uncommitted_count = 0  # records (not keys) behind `uncommitted`
         self.closed: dict[bytes, bytes | None] = {}
         self.closed_count = 0
         self.meta: StoreMetadata | None = None
+        self.splitter = CommitSplitter(f"{tp[0]}[{tp[1]}]", self._on_commit, fence=fence)
+        self._tp, self._tail = tp, tail
+
+    def _on_commit(
+        self, records: dict[bytes, bytes | None], count: int, marker: CommitMarker, offset: int
+    ) -> None:
+        if self.closed:
+            self.closed.update(records)
+        else:
+            self.closed = records
+        self.closed_count += count
+        self.meta = StoreMetadata(
+            offset, marker.batch_id, marker.source_offsets, epoch=marker.epoch
+        )
+        if len(self.closed) >= self._tail.batch_records:
+            self._tail.write(self._tp, self)
 
 
 class ChangelogTail:
@@ -82,6 +98,7 @@ class ChangelogTail:
         stores: per changelog partition, the open store its records go to.
         starts: per partition, the first offset to read (one past the copy's marker; None:
             from the beginning, the copy has no marker yet).
+        fences: per partition, the epoch of the copy's marker (reads start fenced at it).
         batch_records: keys per store write.
         on_applied: see :data:`OnApplied`.
     """
@@ -94,9 +111,13 @@ class ChangelogTail:
         *,
         batch_records: int,
         on_applied: OnApplied,
+        fences: dict[TP, int] | None = None,
     ) -> None:
-        self._parts = {tp: _Partition(stores[tp], starts.get(tp)) for tp in stores}
-        self._batch_records = batch_records
+        fences = fences or {}
+        self.batch_records = batch_records
+        self._parts = {
+            tp: _Partition(tp, stores[tp], starts.get(tp), fences.get(tp, 0), self) for tp in stores
+        }
         self._on_applied = on_applied
         self._consumer = eof_consumer(consumer_config, "standby", **TAIL_CONSUMER_OVERRIDES)
         assign_at(
@@ -111,7 +132,14 @@ class ChangelogTail:
 
     def uncommitted_keys(self, tp: TP) -> int:
         """Keys read after the last marker of ``tp`` (not applied)."""
-        return len(self._parts[tp].uncommitted)
+        return len(self._parts[tp].splitter.pending)
+
+    def fenced(self) -> FenceCounts:
+        """What fencing dropped on every partition so far."""
+        total = FenceCounts()
+        for part in self._parts.values():
+            total += part.splitter.fenced
+        return total
 
     def read(self) -> dict[TP, int | None]:
         """Apply what the consumer has fetched so far (never waiting: the next step takes
@@ -123,7 +151,7 @@ class ChangelogTail:
             self._take(msgs)
             taken += len(msgs)
         for tp, part in self._parts.items():
-            self._write(tp, part)
+            self.write(tp, part)
         highs: dict[TP, int | None] = {}
         for tp in self._parts:
             _, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
@@ -163,30 +191,13 @@ class ChangelogTail:
         return kept, kept_keys
 
     def _split(self, tp: TP, part: _Partition, records: list[Any], keys: list[bytes]) -> None:
-        """Sort records into closed (a marker follows) and uncommitted, as the restorer does:
-        values are absolute (invariant 1), so the last one per key is all that matters."""
-        values = list(map(_value, records))
-        start = 0
-        while True:
-            try:
-                idx = keys.index(MARKER_KEY, start)
-            except ValueError:
-                break
-            part.uncommitted.update(zip(keys[start:idx], values[start:idx], strict=True))
-            part.closed.update(part.uncommitted)
-            part.closed_count += part.uncommitted_count + idx - start
-            part.uncommitted, part.uncommitted_count = {}, 0
-            offset = records[idx].offset()
-            marker = CommitMarker.decode(values[idx], where=f"{tp[0]}[{tp[1]}] offset {offset}")
-            part.meta = StoreMetadata(offset, marker.batch_id, marker.source_offsets)
-            start = idx + 1
-            if len(part.closed) >= self._batch_records:
-                self._write(tp, part)
-        part.uncommitted.update(zip(keys[start:], values[start:], strict=True))
-        part.uncommitted_count += len(keys) - start
+        """Sort records into closed (a marker follows) and uncommitted, as the restorer
+        does, fencing stale epochs (:mod:`statekeeper.changelog.fencing`)."""
+        part.splitter.take(records, keys)
         part.position = records[-1].offset() + 1
 
-    def _write(self, tp: TP, part: _Partition) -> None:
+    def write(self, tp: TP, part: _Partition) -> None:
+        """Apply what markers closed on ``tp`` so far (records and metadata in one write)."""
         if part.meta is None:
             return
         meta, count = part.meta, part.closed_count

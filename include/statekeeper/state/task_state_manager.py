@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from statekeeper.changelog.fencing import FenceCounts, StaleEpochError
 from statekeeper.changelog.listeners import (
     BaseRestoreListener,
     StateRestoreListener,
@@ -70,11 +71,17 @@ class TaskStateManager:
         commit_hooks: list[StepHook] | None = None,
         installer: StoreInstaller | None = None,
         read_only: bool = False,
+        epoch: int = 0,
+        fence_check_after_s: float = 10.0,
     ) -> None:
         """``read_only``: restore to each store's last commit marker and never write to a
         changelog (no revert, no roll-forward, no commit), never rewrite the checkpoint file
         and never wipe a corrupt store (it raises) — for drills and queries that must not
-        touch the live app. ``installer``: see :data:`StoreInstaller`."""
+        touch the live app. ``installer``: see :data:`StoreInstaller`. ``epoch``: the task's
+        epoch, stamped on everything it writes (:mod:`statekeeper.changelog.fencing`; 0:
+        unfenced). ``fence_check_after_s``: a commit whose ownership was last confirmed longer
+        ago than this (the process may have been frozen) re-checks the changelogs for a newer
+        epoch before it writes markers."""
         if writer is None and not read_only:
             raise StatekeeperError(f"task {task_id}: only a read-only task may have no writer")
         names = [s.name for s in specs]
@@ -108,6 +115,11 @@ class TaskStateManager:
         self.read_only = read_only
         #: Per store installed by the installer at the last open: its report's ``as_dict()``.
         self.installs: dict[str, dict[str, Any]] = {}
+        self.epoch = epoch
+        self.fence_check_after_s = fence_check_after_s
+        #: What fencing dropped in this task's changelogs, over every open and check.
+        self.fenced = FenceCounts()
+        self._owner_confirmed = 0.0  # wall clock: when this epoch was last known current
 
     # -- open and restore ------------------------------------------------------------------
 
@@ -117,7 +129,20 @@ class TaskStateManager:
         self.installs = {}
         try:
             jobs = [job for spec in self.specs if (job := self._open_store(spec)) is not None]
+            fencing = self.epoch > 0 and not self.read_only and bool(jobs)
+            if fencing:
+                # Before reading: whatever an older epoch writes from here on is fenced.
+                self.writer.write_begins(  # type: ignore[union-attr]
+                    [(job.topic, job.partition) for job in jobs],
+                    self.epoch,
+                    self.commit_timeout_s,
+                )
             self.restore_outcomes = self.restorer.restore_all(jobs)
+            for outcome in self.restore_outcomes:
+                self.fenced += outcome.fenced
+            if fencing:
+                self._check_not_superseded(max(o.fence for o in self.restore_outcomes))
+                self._owner_confirmed = time.time()
             if not self.read_only:
                 self._reconcile(self.restore_outcomes)
             for slot in self._slots.values():
@@ -139,7 +164,7 @@ class TaskStateManager:
         path = self.task_dir.store_path(spec.name)
         sink = None
         if topic is not None and not self.read_only:
-            sink = PartitionSink(self.writer, topic, self.partition)
+            sink = PartitionSink(self.writer, topic, self.partition, self.epoch)
 
         reason = None
         if topic is not None and spec.persistent and not path.exists():
@@ -235,11 +260,19 @@ class TaskStateManager:
                     store.name,
                     len(revert),
                 )
+            elif self.epoch and (
+                outcome.last_marker is None or outcome.last_marker.epoch < self.epoch
+            ):
+                # The first open under this epoch: a marker of it re-commits the state, so
+                # compaction can never leave an older epoch's marker as the last word.
+                to_mark.append((outcome, [], []))
         if not to_mark:
             return
         for outcome, _, revert in to_mark:
-            for key, value in revert:
-                self.writer.send(outcome.job.topic, self.partition, key, value)
+            if revert:
+                PartitionSink(self.writer, outcome.job.topic, self.partition, self.epoch).send_all(
+                    revert
+                )
         self.writer.flush(self.commit_timeout_s)
         markers = [
             (
@@ -250,6 +283,7 @@ class TaskStateManager:
                     task_id=self.task_id,
                     store=outcome.job.store.name,
                     source_offsets=dict(lead.source_offsets) if lead else {},
+                    epoch=self.epoch,
                 ),
             )
             for outcome, _, _ in to_mark
@@ -257,10 +291,46 @@ class TaskStateManager:
         offsets = self.writer.write_markers(markers, self.commit_timeout_s)
         for (outcome, apply, _), (topic, partition, marker) in zip(to_mark, markers, strict=True):
             meta = StoreMetadata(
-                offsets[(topic, partition)], marker.batch_id, marker.source_offsets
+                offsets[(topic, partition)], marker.batch_id, marker.source_offsets, self.epoch
             )
             outcome.job.store.restore_batch(apply, meta)
             outcome.last_marker, outcome.marker_offset = marker, meta.changelog_offset
+
+    # -- fencing (statekeeper.changelog.fencing) -------------------------------------------
+
+    def _check_not_superseded(self, fence: int) -> None:
+        if fence > self.epoch:
+            raise StaleEpochError(
+                f"task {self.task_id}: epoch {fence} has begun in its changelogs and this copy "
+                f"runs under epoch {self.epoch}: another executor owns the task now (this "
+                "process was frozen or cut off), so it stops without writing",
+                epoch=self.epoch,
+                fence=fence,
+            )
+
+    def confirm_owner(self, at: float) -> None:
+        """The driver placed this task here under its epoch at wall-clock time ``at``."""
+        self._owner_confirmed = max(self._owner_confirmed, at)
+
+    def check_still_owner(self) -> None:
+        """Before a commit writes markers: if this epoch was confirmed longer ago than
+        ``fence_check_after_s`` (a freeze, a long pause), read the changelogs from the last
+        commit on and raise :class:`StaleEpochError` when a newer epoch has begun there."""
+        if not self.epoch or time.time() - self._owner_confirmed <= self.fence_check_after_s:
+            return
+        started = time.time()
+        fence = 0
+        for slot in self._slots.values():
+            if slot.topic is None:
+                continue
+            meta = slot.store.read_metadata()
+            seen = self.restorer.newest_epoch(
+                slot.topic, self.partition, meta.changelog_offset, meta.epoch
+            )
+            self.fenced += seen.fenced
+            fence = max(fence, seen.fence)
+        self._check_not_superseded(fence)
+        self._owner_confirmed = started
 
     def _agreed_metadata(self) -> StoreMetadata:
         """The least advanced logged store's metadata (after reconcile they all agree)."""

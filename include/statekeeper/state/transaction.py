@@ -164,7 +164,9 @@ class TaskTransaction:
             (
                 slot.topic,
                 task.partition,
-                CommitMarker(self.batch_id, task.task_id, slot.spec.name, self.source_offsets),
+                CommitMarker(
+                    self.batch_id, task.task_id, slot.spec.name, self.source_offsets, task.epoch
+                ),
             )
             for slot in task.slots
             if slot.topic is not None
@@ -177,7 +179,9 @@ class TaskTransaction:
             offset = marker_offsets.get((slot.topic, task.partition)) if slot.topic else None
             if offset is not None:
                 self._marker_offsets[slot.spec.name] = offset
-            slot.store.commit(StoreMetadata(offset, self.batch_id, dict(self.source_offsets)))
+            slot.store.commit(
+                StoreMetadata(offset, self.batch_id, dict(self.source_offsets), task.epoch)
+            )
         task.advance_committed(self.batch_id, self.source_offsets)
 
     def _committed_batch(self) -> CommittedBatch:
@@ -242,9 +246,13 @@ def commit_group(
                 output.flush(timeout_s)
             writer.flush(timeout_s)
             _enter_all(transactions, TransactionState.PRODUCED)
+            for transaction in transactions:  # a task frozen until now may be fenced
+                transaction.task.check_still_owner()
             marker_offsets = writer.write_markers(markers, timeout_s) if markers else {}
             _enter_all(transactions, TransactionState.MARKED)
             for transaction in transactions:
+                # Frozen while writing markers? Then the store must not take the batch.
+                transaction.task.check_still_owner()
                 transaction._write_stores(marker_offsets)
                 transaction._enter(TransactionState.STORED)
                 transaction.task.write_checkpoint_file()

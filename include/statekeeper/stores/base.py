@@ -27,6 +27,9 @@ class StoreMetadata:
     changelog_offset: int | None = None
     batch_id: int | None = None
     source_offsets: dict[str, int] = field(default_factory=dict)
+    #: Epoch of the last commit marker applied (changelog.fencing): a later read of the
+    #: changelog from ``changelog_offset`` starts fenced at it.
+    epoch: int = 0
 
 
 class KeyValueBytesStore(ABC):

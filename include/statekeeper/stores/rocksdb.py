@@ -33,6 +33,7 @@ META_CF = "statekeeper-meta"
 _META_CHANGELOG_OFFSET = b"changelog_offset"
 _META_BATCH_ID = b"batch_id"
 _META_SOURCE_OFFSETS = b"source_offsets"
+_META_EPOCH = b"epoch"
 
 _first, _second = itemgetter(0), itemgetter(1)
 _cache_lock = threading.Lock()
@@ -261,11 +262,13 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
             json.dumps(metadata.source_offsets, sort_keys=True).encode(),
             handle,
         )
+        batch.put(_META_EPOCH, str(metadata.epoch).encode(), handle)
 
     def _read_metadata_from_disk(self) -> None:
         offset = self._meta.get(_META_CHANGELOG_OFFSET)
         batch_id = self._meta.get(_META_BATCH_ID)
         sources = self._meta.get(_META_SOURCE_OFFSETS)
+        epoch = self._meta.get(_META_EPOCH)
         try:
             self._metadata = StoreMetadata(
                 changelog_offset=int(offset) if offset is not None else None,
@@ -273,6 +276,7 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
                 source_offsets={str(k): int(v) for k, v in json.loads(sources).items()}
                 if sources
                 else {},
+                epoch=int(epoch) if epoch is not None else 0,
             )
         except (ValueError, AttributeError) as exc:
             raise StoreCorruptError(

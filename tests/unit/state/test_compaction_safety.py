@@ -54,6 +54,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from statekeeper.changelog import restorer as restorer_module
+from statekeeper.changelog.fencing import begin_record, marker_headers, marker_key
 from statekeeper.changelog.records import MARKER_KEY, CommitMarker, changelog_topic
 from statekeeper.changelog.restorer import ChangelogRestorer
 from statekeeper.kafka.partition_reader import PartitionRun
@@ -92,6 +93,7 @@ class Record:
     offset: int
     key: bytes
     value: bytes | None
+    headers: list[tuple[str, bytes]] | None = None
 
 
 class Message:
@@ -111,6 +113,9 @@ class Message:
     def value(self) -> bytes | None:
         return self._record.value
 
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._record.headers
+
 
 @dataclass
 class PartitionLog:
@@ -119,8 +124,10 @@ class PartitionLog:
     records: list[Record] = field(default_factory=list)
     end: int = 0  # the log-end offset (next offset to write)
 
-    def append(self, key: bytes, value: bytes | None) -> int:
-        self.records.append(Record(self.end, key, value))
+    def append(
+        self, key: bytes, value: bytes | None, headers: list[tuple[str, bytes]] | None = None
+    ) -> int:
+        self.records.append(Record(self.end, key, value, headers))
         self.end += 1
         return self.end - 1
 
@@ -174,24 +181,40 @@ class Writer:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.pending: dict[tuple[str, int], list[tuple[bytes, bytes | None]]] = defaultdict(list)
+        self.pending: dict[tuple[str, int], list[tuple[bytes, bytes | None, Any]]] = defaultdict(
+            list
+        )
         self.dead = False
         self.markers_landing: list[bool] | None = None  # set: die while writing markers
 
-    def send(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
-        self.send_all(topic, partition, [(key, value)])
+    def send(
+        self, topic: str, partition: int, key: bytes, value: bytes | None, headers: Any = None
+    ) -> None:
+        self.send_all(topic, partition, [(key, value)], headers)
 
-    def send_all(self, topic: str, partition: int, items: list[tuple[bytes, bytes | None]]) -> None:
+    def send_all(
+        self,
+        topic: str,
+        partition: int,
+        items: list[tuple[bytes, bytes | None]],
+        headers: Any = None,
+    ) -> None:
         if not self.dead:
-            self.pending[(topic, partition)].extend(items)
+            self.pending[(topic, partition)].extend((k, v, headers) for k, v in items)
 
     def flush(self, timeout_s: float) -> None:
         if self.dead:
             raise Crash("flush after death")
         for tp, items in self.pending.items():
-            for key, value in items:
-                self.broker.logs[tp].append(key, value)
+            for key, value, headers in items:
+                self.broker.logs[tp].append(key, value, headers)
         self.pending.clear()
+
+    def write_begins(self, partitions: list[tuple[str, int]], epoch: int, timeout_s: float) -> None:
+        for topic, partition in partitions:
+            key, value, headers = begin_record(epoch)
+            self.pending[(topic, partition)].append((key, value, headers))
+        self.flush(timeout_s)
 
     def write_markers(
         self, markers: list[tuple[str, int, CommitMarker]], timeout_s: float
@@ -202,7 +225,7 @@ class Writer:
         for i, (topic, partition, marker) in enumerate(markers):
             if landing is None or landing[i % len(landing)]:
                 offsets[(topic, partition)] = self.broker.logs[(topic, partition)].append(
-                    MARKER_KEY, marker.encode()
+                    marker_key(marker.epoch), marker.encode(), marker_headers(marker.epoch)
                 )
         if landing is not None:
             raise Crash("died while writing markers")
@@ -211,8 +234,8 @@ class Writer:
     def kill(self, kept: dict[tuple[str, int], int]) -> None:
         """Die: of each partition's unacknowledged records, the first ``kept[tp]`` landed."""
         for tp, items in self.pending.items():
-            for key, value in items[: kept.get(tp, 0)]:
-                self.broker.logs[tp].append(key, value)
+            for key, value, headers in items[: kept.get(tp, 0)]:
+                self.broker.logs[tp].append(key, value, headers)
         self.pending.clear()
         self.dead = True
 
