@@ -149,6 +149,14 @@ class StatekeeperSettings(BaseSettings):
         description="A standby copy at most this many changelog records behind is caught up: "
         "a task may move to it to even out the executors' load (Kafka Streams' name)",
     )
+    fence_check_after_s: float = Field(
+        10.0,
+        gt=0,
+        description="A task whose epoch was last confirmed longer ago than this (the driver "
+        "placed its run, or it last checked) reads its changelogs for a newer epoch before "
+        "it writes commit markers: a process that was frozen stops there (docs/fencing.md). "
+        "Keep it below the time Spark takes to give up on a frozen executor",
+    )
     query_host: str = Field("127.0.0.1", description="Bind address of each executor's query server")
     query_port: int | None = Field(
         None,

@@ -115,12 +115,15 @@ def test_a_moved_task_never_reuses_or_commits_its_stale_copy(broker, admin, topi
             (TASK, "task moved to executor b")
         ]
         assert len(_services(on_a).parked) == 0, "the stale copy stayed open"
-        # B (a state dir of its own, here run without an executor tag) restores from the
-        # changelog, replays batch 1 that A never committed, and commits batches 1-3.
+        # B (a state dir of its own, here run without an executor tag, under epoch 2)
+        # restores from the changelog, replays batch 1 that A never committed, and commits
+        # batches 1-3.
         backlog = (BatchSlice(1, 1_000, (OffsetRange(topic_name, 0, 100, 200),)),)
-        b2 = run_share(0, [[_run(topic_name, 2, 200, 300, backlog=backlog)]], "j2b", topology, on_b)
+        b2 = run_share(
+            0, [[_run(topic_name, 2, 200, 300, backlog=backlog, epoch=2)]], "j2b", topology, on_b
+        )
         b3 = run_share(
-            0, [[_run(topic_name, 3, 300, 350, force_commit=True)]], "j3b", topology, on_b
+            0, [[_run(topic_name, 3, 300, 350, force_commit=True, epoch=2)]], "j3b", topology, on_b
         )
         assert b2[0].records_replayed == 100 and b3[0].committed
         close_worker_services()  # B's worker goes away (its locks with it)
@@ -150,7 +153,7 @@ def test_a_moved_task_never_reuses_or_commits_its_stale_copy(broker, admin, topi
             expected[key] += 1
         assert producer.flush(15) == 0
         b5 = run_share(
-            0, [[_run(topic_name, 5, 400, 450, force_commit=True)]], "j5", topology, on_b
+            0, [[_run(topic_name, 5, 400, 450, force_commit=True, epoch=4)]], "j5", topology, on_b
         )
         assert b5[0].committed and not b5[0].warm
         close_worker_services_of(on_b)

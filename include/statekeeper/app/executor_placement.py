@@ -10,6 +10,7 @@ is placed there, epoch 1, for the app's lifetime.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -43,20 +44,26 @@ class ExecutorPlacement:
     """Placement decisions and executor reports for one app run."""
 
     def __init__(
-        self, settings: StatekeeperSettings, has_state: Callable[[int], bool] | None = None
+        self,
+        settings: StatekeeperSettings,
+        has_state: Callable[[int], bool] | None = None,
+        epoch_base: int = 0,
     ) -> None:
         """``has_state(subtopology)``: whether its tasks keep stores (a stateless task moves
-        for free, so balancing may move it anywhere)."""
+        for free, so balancing may move it anywhere); ``epoch_base``: see
+        :mod:`statekeeper.app.epoch_base`."""
         self._has_state = has_state or (lambda _sub: True)
         self._stateless: set[str] = set()
         self.registry = TaskPlacementRegistry(
-            settings.application_id, settings.num_standby_replicas
+            settings.application_id, settings.num_standby_replicas, epoch_base
         )
         self.acceptable_recovery_lag = settings.acceptable_recovery_lag
         self._last_ran: dict[str, str] = {}  # task -> executor of its last run (this app run)
         self.restores: Counter[tuple[str, str]] = Counter()  # (cause, source) -> count
         self.restored_records: Counter[str] = Counter()  # cause -> records replayed
         self.stale_copies = 0
+        self.stale_results = 0  # results dropped because their epoch was no longer current
+        self.fenced: Counter[tuple[str, str]] = Counter()  # (task, kind) -> records fenced
         self.recent_stale: list[dict[str, str]] = []
         self.reports: dict[str, dict[str, Any]] = {}
         self._event_listeners: list[Any] = []
@@ -79,9 +86,13 @@ class ExecutorPlacement:
             caught_up=self.caught_up_standbys(),
             stateless=self._stateless,
         )
+        planned_at = time.time()
         placed = [
             replace(
-                r, executor=assignment.active_of(r.task_id), epoch=assignment.epoch_of(r.task_id)
+                r,
+                executor=assignment.active_of(r.task_id),
+                epoch=assignment.epoch_of(r.task_id),
+                planned_at=planned_at,
             )
             for r in runs
         ]
@@ -98,9 +109,32 @@ class ExecutorPlacement:
                 shares += spread_runs(mine, slots)
         return shares
 
+    def current_results(self, results: list[TaskRunResult]) -> list[TaskRunResult]:
+        """``results`` minus those of a task run under an epoch that is no longer its own (a
+        frozen executor's, arriving after the task moved): counted, never used."""
+        kept = []
+        for result in results:
+            current = self.registry.epoch_of(result.task_id)
+            if result.epoch and current and result.epoch != current:
+                self.stale_results += 1
+                log.warning(
+                    "task %s: result of batch %d from executor %s under epoch %d dropped: the "
+                    "task's epoch is %d now",
+                    result.task_id,
+                    result.batch_id,
+                    result.executor_id,
+                    result.epoch,
+                    current,
+                )
+                continue
+            kept.append(result)
+        return kept
+
     def note_results(self, results: list[TaskRunResult]) -> None:
         """Task moves the executors saw, and every cold open's restores by cause."""
         for result in results:
+            for kind, count in result.fenced.items():
+                self.fenced[(result.task_id, kind)] += count
             previous = self._last_ran.get(result.task_id)
             executor = result.executor_id or DRIVER_EXECUTOR_ID
             self._last_ran[result.task_id] = executor
@@ -209,6 +243,21 @@ class ExecutorPlacement:
         loads = self.standby_loads[-20:]
         others = self.standby_events[-30:]
         return sorted(loads + others, key=lambda e: e.get("time", 0))
+
+    def fencing_status(self) -> dict[str, Any]:
+        """For the status document: what fencing stopped (docs/fencing.md)."""
+        by_task: dict[str, dict[str, int]] = {}
+        by_kind: Counter[str] = Counter()
+        for (task, kind), n in sorted(self.fenced.items()):
+            by_task.setdefault(task, {})[kind] = n
+            by_kind[kind] += n
+        return {
+            "fenced_total": sum(by_kind.values()),
+            "by_kind": dict(by_kind),
+            "by_task": by_task,
+            "stale_results_dropped": self.stale_results,
+            "epoch_base": self.registry.epoch_base,
+        }
 
     def status(self) -> dict[str, Any]:
         return {

@@ -34,6 +34,8 @@ Metrics and labels (``app`` on all of them):
   (``cause``: start, moved, reopened; ``source``: snapshot, full replay, local state, ...),
   ``statekeeper_stale_copies_closed_total``, ``statekeeper_standby_lag_records`` (task,
   executor, store), ``statekeeper_executors`` (live executors);
+- fencing (docs/fencing.md): ``statekeeper_fenced_records_total`` (task; ``kind``: changelog
+  records, changelog markers, repartition records), ``statekeeper_stale_results_dropped_total``;
 - snapshots: ``statekeeper_snapshot_age_seconds`` (task: since its newest snapshot, uploaded
   in this app run or found in the storage at start), ``statekeeper_snapshot_requests``
   (requests kept, by ``state``).
@@ -86,6 +88,7 @@ class StatusCollector:
         yield from _store_metrics(app, tasks, doc.get("task_live") or {})
         yield from _snapshot_metrics(app, doc, self._clock())
         yield from _placement_metrics(app, doc.get("placement") or {})
+        yield from _fencing_metrics(app, doc.get("fencing") or {})
 
 
 class AppMetrics:
@@ -341,6 +344,26 @@ def _snapshot_metrics(app: str, doc: dict[str, Any], now: float) -> Iterator[Met
     for state, n in sorted(counts.items()):
         requests.add_metric([app, state], float(n))
     yield requests
+
+
+def _fencing_metrics(app: str, fencing: dict[str, Any]) -> Iterator[Metric]:
+    fenced = CounterMetricFamily(
+        "statekeeper_fenced_records",
+        "Records and markers written under a superseded task epoch (a frozen or cut-off "
+        "writer) that readers ignored, by task and kind",
+        labels=["app", "task", "kind"],
+    )
+    for task, kinds in sorted((fencing.get("by_task") or {}).items()):
+        for kind, n in sorted(kinds.items()):
+            fenced.add_metric([app, task, kind], float(n))
+    yield fenced
+    dropped = CounterMetricFamily(
+        "statekeeper_stale_results_dropped",
+        "Task results that arrived under a superseded epoch and were not used",
+        labels=["app"],
+    )
+    dropped.add_metric([app], float(fencing.get("stale_results_dropped") or 0))
+    yield dropped
 
 
 def _placement_metrics(app: str, placement: dict[str, Any]) -> Iterator[Metric]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from statekeeper.app.batch_planner import BatchPlanner
 from statekeeper.app.batch_stats import DEFAULT_WINDOW, BatchStats
+from statekeeper.app.epoch_base import next_epoch_base
 from statekeeper.app.executor_placement import ExecutorPlacement, alive_executors
 from statekeeper.app.lifecycle import AppState, AppStateMachine, StateListener
 from statekeeper.app.snapshot_requests import SnapshotRequests
@@ -187,6 +188,8 @@ class StatekeeperApp:
             self.machine.transition(AppState.REBALANCING)
             self._start_status()
             self._plan = self._prepare()
+            # Epochs of this run start above every earlier run's (changelog fencing).
+            self.placement.registry.epoch_base = next_epoch_base(self.checkpoint)
             spark = self._spark_session = self._spark()
             self._install_jvm_stop_hook(spark)
             self._replay_lost_batches(spark)
@@ -562,7 +565,9 @@ class StatekeeperApp:
             )
             self.placement.note_reports([o for o in out if isinstance(o, ExecutorReport)])
             self.placement.note_stale([o for o in out if isinstance(o, StaleCopyClosed)])
-            ran_now = [o for o in out if isinstance(o, TaskRunResult)]
+            ran_now = self.placement.current_results(
+                [o for o in out if isinstance(o, TaskRunResult)]
+            )
             self.placement.note_results(ran_now)
             results += ran_now
             ran = Counter(result.task_id for result in results)
@@ -808,4 +813,5 @@ class StatekeeperApp:
             }
         out["task_live"] = tasks
         out["placement"] = self.placement.status()
+        out["fencing"] = self.placement.fencing_status()
         return out

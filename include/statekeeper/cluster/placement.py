@@ -46,8 +46,13 @@ class TaskPlacementRegistry:
     """Where each task runs and keeps standbys; :meth:`plan` gives the batch's
     :class:`Assignment`."""
 
-    def __init__(self, application_id: str, num_standby_replicas: int = 0) -> None:
+    def __init__(
+        self, application_id: str, num_standby_replicas: int = 0, epoch_base: int = 0
+    ) -> None:
+        """``epoch_base``: epochs of this run start above it (app.epoch_base: they grow
+        across driver restarts, as changelog fencing needs)."""
         self.application_id = application_id
+        self.epoch_base = epoch_base
         self.run_id = uuid.uuid4().hex[:12]  # versions count from 1 again in every run
         self.num_standby_replicas = num_standby_replicas
         self._active: dict[str, str] = {}
@@ -101,7 +106,7 @@ class TaskPlacementRegistry:
                     reason = "not scheduled" + (" (to standby)" if standby else "")
                 self._note_move(task, current, target, reason)
             self._active[task] = target
-            self._epoch[task] = self._epoch.get(task, 0) + 1
+            self._epoch[task] = self._epoch.get(task, self.epoch_base) + 1
             load[target] += 1
             changed = True
         if not avoid:
@@ -165,7 +170,7 @@ class TaskPlacementRegistry:
         task = movable[0]
         self._note_move(task, busiest, idlest, "balance (caught-up standby)")
         self._active[task] = idlest
-        self._epoch[task] = self._epoch.get(task, 0) + 1
+        self._epoch[task] = self._epoch.get(task, self.epoch_base) + 1
         self._standbys[task] = tuple(
             busiest if e == idlest else e for e in self._standbys.get(task, ())
         )

@@ -48,6 +48,7 @@ class TaskBatchResult:
     records_processed: int = 0
     records_skipped: int = 0  # below the processed offsets, or repartition duplicates
     records_deduplicated: int = 0  # the repartition duplicates among the skipped
+    records_fenced: int = 0  # repartition records of a superseded upstream epoch, dropped
     records_late_dropped: int = 0
     records_dropped: int = 0  # null values reaching an aggregation
     records_dlq: int = 0
@@ -122,6 +123,7 @@ class StreamTask:
             dlq_topic=dlq_topic(application_id),
             punctuations=self._punctuations,
             stream_time=self._task_state.stream_time,
+            epoch=getattr(state, "epoch", 0),
         )
         self._runtime = self._build_nodes()
         self._sources: dict[str, _Source] = {}
@@ -187,7 +189,9 @@ class StreamTask:
             todo = unprocessed(recs, processed_offsets.get(tp))
             result.records_skipped += len(recs) - len(todo)
             if source.repartition and todo:
+                fenced_before = self._dedupe.fenced
                 todo, duplicates = self._dedupe.filter(source.topic, todo)
+                result.records_fenced += self._dedupe.fenced - fenced_before
                 result.records_deduplicated += duplicates
                 result.records_skipped += duplicates
             if todo:

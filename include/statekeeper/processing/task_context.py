@@ -84,8 +84,10 @@ class TaskContext(ProcessorContext):
         dlq_topic: str,
         punctuations: Punctuations,
         stream_time: int,
+        epoch: int = 0,
     ) -> None:
         self.application_id = application_id
+        self.epoch = epoch  # stamped on every record the task emits (docs/fencing.md)
         self.task_id = task_id
         self.partition = partition
         self._stores = stores
@@ -106,7 +108,7 @@ class TaskContext(ProcessorContext):
     # -- batch lifecycle (driven by StreamTask) --------------------------------------------
 
     def begin_batch(self, batch_id: int, batch_time_ms: int) -> None:
-        self._headers = OutputHeaders(self.application_id, self.task_id, batch_id)
+        self._headers = OutputHeaders(self.application_id, self.task_id, batch_id, self.epoch)
         self._wall_clock = batch_time_ms
         self.counters = BatchCounters()
         self._source = None
@@ -232,6 +234,7 @@ class TaskContext(ProcessorContext):
         computed here when None. Same headers and numbering as :meth:`emit`."""
         headers_builder = self._headers
         app, task, batch = headers_builder.fixed
+        epoch = headers_builder.epoch
         seq = headers_builder.seq
         send = self._send
         prefix = b""
@@ -242,6 +245,8 @@ class TaskContext(ProcessorContext):
             record = records[i]
             ref = refs[i] if refs is not None else prefix + b"%d" % record.offset
             headers = [app, task, batch, (SEQ, b"%d" % seq), (SOURCE, ref)]
+            if epoch is not None:
+                headers.append(epoch)
             if record.headers:
                 headers.extend(h for h in record.headers if not h[0].startswith(PREFIX))
             send(topic, key, value, headers, record.timestamp_ms, None)

@@ -37,7 +37,8 @@ class TaskState:
         self.store = store
         self.stream_time = NO_TIME
         self.punctuations: dict[str, int] = {}
-        self.dedupe: dict[str, tuple[int, int]] = {}
+        #: "<topic>|<upstream task>" -> (batch, seq, newest upstream epoch)
+        self.dedupe: dict[str, tuple[int, int, int]] = {}
         self._saved: dict[str, Any] = {}
         if store is None:
             return
@@ -47,7 +48,8 @@ class TaskState:
         for key, value in store.prefix_scan(_PUNCTUATION):
             self.punctuations[key[len(_PUNCTUATION) :]] = int(value)
         for key, value in store.prefix_scan(_DEDUPE):
-            self.dedupe[key[len(_DEDUPE) :]] = (int(value[0]), int(value[1]))
+            epoch = int(value[2]) if len(value) > 2 else 0  # saved before fencing: none
+            self.dedupe[key[len(_DEDUPE) :]] = (int(value[0]), int(value[1]), epoch)
         self._saved = self._snapshot()
 
     def _snapshot(self) -> dict[str, Any]:
@@ -55,7 +57,7 @@ class TaskState:
         if self.stream_time != NO_TIME:
             snap[_STREAM_TIME] = self.stream_time
         snap.update({_PUNCTUATION + k: v for k, v in self.punctuations.items()})
-        snap.update({_DEDUPE + k: [b, s] for k, (b, s) in self.dedupe.items()})
+        snap.update({_DEDUPE + k: [b, s, e] for k, (b, s, e) in self.dedupe.items()})
         return snap
 
     def save(self) -> None:

@@ -68,8 +68,9 @@ class StateEnvironment:
         specs: list[StoreSpec],
         commit_hooks: list[StepHook] | None = None,
         installer: StoreInstaller | None = None,
+        epoch: int = 0,
     ) -> TaskStateManager:
-        """A (not yet opened) state manager for one task."""
+        """A (not yet opened) state manager for one task, writing under ``epoch``."""
         s = self.settings
         return TaskStateManager(
             application_id=s.application_id,
@@ -85,6 +86,8 @@ class StateEnvironment:
             commit_hooks=commit_hooks,
             installer=installer,
             read_only=self.read_only,
+            epoch=0 if self.read_only else epoch,
+            fence_check_after_s=s.fence_check_after_s,
         )
 
     def close(self) -> None:

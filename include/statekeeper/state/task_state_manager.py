@@ -308,6 +308,11 @@ class TaskStateManager:
                 fence=fence,
             )
 
+    def drain_fenced(self) -> FenceCounts:
+        """What fencing dropped in this task's changelogs since the last call."""
+        fenced, self.fenced = self.fenced, FenceCounts()
+        return fenced
+
     def confirm_owner(self, at: float) -> None:
         """The driver placed this task here under its epoch at wall-clock time ``at``."""
         self._owner_confirmed = max(self._owner_confirmed, at)

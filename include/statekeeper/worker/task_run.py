@@ -48,6 +48,9 @@ class TaskRun:
     # is stale (statekeeper.cluster.placement).
     executor: str | None = None
     epoch: int = 0
+    #: The driver's wall clock when it placed the run: the task's epoch was current then
+    #: (a task that resumes long after, from a freeze, checks before it writes markers).
+    planned_at: float = 0.0
 
 
 @dataclass
@@ -78,6 +81,10 @@ class TaskRunResult:
     seconds: dict[str, float] = field(default_factory=dict)
     # This run committed the task's state (``seconds["commit"]`` is then its commit time).
     commit_ran: bool = False
+    epoch: int = 0  # the epoch the task ran under (the driver drops results of stale ones)
+    #: What fencing dropped while this run read: "changelog records", "changelog markers",
+    #: "repartition records" -> count (changelog.fencing).
+    fenced: dict[str, int] = field(default_factory=dict)
     # The metered stores' operations since the task's last report, per store and operation:
     # count, total_ns, max_ns (statekeeper.stores.metrics.StoreMetrics.drain).
     store_operations: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)

@@ -365,7 +365,11 @@ def _run_one(
         # Invariant 4: a missing store comes from the newest verified snapshot + the tail.
         installer = services.snapshots.installer(run.task_id, run.partition)
         state = services.env.task(
-            run.task_id, run.partition, topology.store_specs(run.subtopology), installer=installer
+            run.task_id,
+            run.partition,
+            topology.store_specs(run.subtopology),
+            installer=installer,
+            epoch=run.epoch,
         )
         services.progress.begin(state.task_dir.path)
         outcomes = state.open()
@@ -425,6 +429,8 @@ def _run_open_tasks(
     try:
         for run, task in tasks:
             started = time.perf_counter()
+            # The driver placed this run here under the task's epoch at `planned_at`.
+            task.state.confirm_owner(run.planned_at)
             result = _process(run, topology, services, task.state, task.fetch)
             done.append((run, task, result, started))
         t0 = time.perf_counter()
@@ -461,6 +467,14 @@ def _run_open_tasks(
             name: store.approximate_num_entries() for name, store in state.stores.items()
         }
         result.commit_ran = id(task) in due
+        result.epoch = task.epoch
+        fenced = state.drain_fenced()
+        for kind, count in (
+            ("changelog records", fenced.records),
+            ("changelog markers", fenced.markers),
+        ):
+            if count:
+                result.fenced[kind] = result.fenced.get(kind, 0) + count
         result.store_operations = {
             name: ops for name, store in state.stores.items() if (ops := store.metrics.drain())
         }
@@ -519,6 +533,8 @@ def _process(
     result.records_late_dropped = batch.records_late_dropped
     result.records_dlq = batch.records_dlq
     result.records_output = batch.records_output
+    if batch.records_fenced:
+        result.fenced["repartition records"] = batch.records_fenced
     return result
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from statekeeper.changelog.records import MARKER_KEY
+from statekeeper.changelog.fencing import CommitSplitter, is_control_key
+from statekeeper.errors import ChangelogCorruptError
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.offsets import watermarks
 from statekeeper.kafka.partition_reader import PartitionReader, assign_at, eof_consumer
@@ -25,7 +26,9 @@ class ChangelogContents:
     """What a read of one changelog found.
 
     ``records`` counts every record of the log (estimated where ``sampled``); the other
-    counts cover the records read (``records_read``). ``distinct_keys`` excludes markers.
+    counts cover the records read (``records_read``). ``distinct_keys`` excludes markers;
+    ``markers`` counts commit markers and epoch begin records; ``fenced`` the records and
+    markers of superseded epochs (a frozen writer's, ignored by every reader).
     """
 
     records: int
@@ -34,6 +37,7 @@ class ChangelogContents:
     tombstones: int
     markers: int
     sampled: bool
+    fenced: int = 0
 
     @property
     def tombstone_share(self) -> float:
@@ -63,6 +67,9 @@ def measure_changelog(
     consumer = eof_consumer(consumer_config(bootstrap, **consumer_overrides), "audit")
     keys: set[bytes] = set()
     read = tombstones = markers = 0
+    # The restorer's fencing rule, to count what a frozen writer left behind.
+    splitters: dict[tuple[str, int], CommitSplitter] = {}
+    undecodable: set[tuple[str, int]] = set()
     try:
         starts, highs = watermarks(consumer, tps, timeout_s)
         caps = {tp: starts[tp] + max_records_per_partition for tp in tps}
@@ -73,8 +80,16 @@ def measure_changelog(
         for run in reader:
             assert run.keys is not None
             read += len(run.messages)
+            fence = splitters.get(run.tp)
+            if fence is None:
+                fence = splitters[run.tp] = CommitSplitter(f"{run.tp[0]}[{run.tp[1]}]", _ignore)
+            if run.tp not in undecodable:
+                try:
+                    fence.take(run.messages, run.keys)
+                except ChangelogCorruptError:  # counted as far as it went; restores will fail
+                    undecodable.add(run.tp)
             for message, key in zip(run.messages, run.keys, strict=True):
-                if key == MARKER_KEY:
+                if is_control_key(key):  # commit markers and epoch begin records
                     markers += 1
                     continue
                 keys.add(key)
@@ -91,4 +106,9 @@ def measure_changelog(
             sampled = True
             got = max(got, highs[tp] - starts[tp])
         total += got
-    return ChangelogContents(total, read, len(keys), tombstones, markers, sampled)
+    fenced = sum(s.fenced.total for s in splitters.values())
+    return ChangelogContents(total, read, len(keys), tombstones, markers, sampled, fenced)
+
+
+def _ignore(*_: Any) -> None:
+    """Commits are not applied anywhere: the audit only counts."""

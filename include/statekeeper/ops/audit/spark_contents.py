@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from statekeeper.changelog.records import MARKER_KEY
+from statekeeper.changelog.records import RESERVED_KEY_PREFIX
 from statekeeper.ops.audit.contents import ChangelogContents
 
 
@@ -35,7 +35,8 @@ def measure_changelog_spark(
         .option("timeoutSeconds", str(timeout_s))
         .load()
     )
-    is_marker = F.col("key") == F.lit(MARKER_KEY)
+    # Commit markers and epoch begin records (changelog.fencing) share the reserved prefix.
+    is_marker = F.substring(F.col("key"), 1, len(RESERVED_KEY_PREFIX)) == F.lit(RESERVED_KEY_PREFIX)
     row = frame.agg(
         F.count(F.lit(1)).alias("records"),
         F.count(F.when(is_marker, 1)).alias("markers"),
