@@ -64,6 +64,7 @@ class ExecutorPlacement:
         self.stale_copies = 0
         self.stale_results = 0  # results dropped because their epoch was no longer current
         self.fenced: Counter[tuple[str, str]] = Counter()  # (task, kind) -> records fenced
+        self.standby_fenced: dict[tuple[str, str], int] = {}  # (executor, task) -> fenced
         self.recent_stale: list[dict[str, str]] = []
         self.reports: dict[str, dict[str, Any]] = {}
         self._event_listeners: list[Any] = []
@@ -167,6 +168,12 @@ class ExecutorPlacement:
         events go to the app's standby listeners."""
         for item in reports:
             self.reports[item.executor_id] = item.report
+            for task, standby in (item.report.get("standbys") or {}).items():
+                fenced = standby.get("fenced") if isinstance(standby, dict) else None
+                if fenced:  # cumulative per standby copy: the newest report counts
+                    self.standby_fenced[(item.executor_id, task)] = int(
+                        fenced.get("records", 0)
+                    ) + int(fenced.get("markers", 0))
             query = item.report.get("query") or {}
             if query.get("port") is not None:
                 self.registry.note_endpoint(
@@ -248,7 +255,10 @@ class ExecutorPlacement:
         """For the status document: what fencing stopped (docs/fencing.md)."""
         by_task: dict[str, dict[str, int]] = {}
         by_kind: Counter[str] = Counter()
-        for (task, kind), n in sorted(self.fenced.items()):
+        fenced = Counter(self.fenced)
+        for (_executor, task), n in self.standby_fenced.items():
+            fenced[(task, "standby changelog records")] += n
+        for (task, kind), n in sorted(fenced.items()):
             by_task.setdefault(task, {})[kind] = n
             by_kind[kind] += n
         return {

@@ -32,6 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from statekeeper.changelog.fencing import FenceCounts
 from statekeeper.changelog.listeners import BaseRestoreListener
 from statekeeper.changelog.records import changelog_topic
 from statekeeper.changelog.restorer import ChangelogRestorer, RestoreJob
@@ -214,6 +215,7 @@ class StandbyTask:
         #: Seconds the last complete step took, and the steps so far.
         self.last_step_s: float | None = None
         self.steps = 0
+        self.fenced = FenceCounts()  # dropped by fencing in closed reads (changelog.fencing)
         #: Seconds from the last release request (its file's mtime) to the lock being free.
         self.last_release_s: float | None = None
         self.releases = 0
@@ -262,6 +264,7 @@ class StandbyTask:
     def _drop_tail(self) -> None:
         if self._tail is not None:
             tail, self._tail = self._tail, None
+            self.fenced += tail.fenced()
             try:
                 tail.close()
             except Exception:
@@ -366,6 +369,7 @@ class StandbyTask:
             log_start_may_advance=spec.kind == "window",
         )
         outcome = self._restorer.restore(job)
+        self.fenced += outcome.fenced
         store.finish_restore()  # drops expired windows; clears a read cache
         meta = store.read_metadata()
         progress.applied_offset = meta.changelog_offset
@@ -487,7 +491,11 @@ class StandbyTask:
     def status(self) -> dict[str, Any]:
         """Progress for reports: lag, applied offsets, end offsets, tails, timings."""
         progress = [asdict(p) for p in self.progress.values()]
+        fenced = FenceCounts(self.fenced.records, self.fenced.markers)
+        if self._tail is not None:
+            fenced += self._tail.fenced()
         return {
+            "fenced": {"records": fenced.records, "markers": fenced.markers},
             "lag": {p["store"]: p["lag"] for p in progress},
             "applied_offsets": {p["store"]: p["applied_offset"] for p in progress},
             "end_offsets": {p["store"]: p["end_offset"] for p in progress},
