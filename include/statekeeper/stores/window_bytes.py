@@ -178,7 +178,8 @@ class WindowBytesStore:
             key, start = split_changelog_window_key(changelog_key)
             self._advance(start)
             converted.append((self._store_key(key, start), value))
-        converted.append(self._observed_record())
+        if self._observed != _NO_TIME:  # a store that saw no window yet has no stream time
+            converted.append(self._observed_record())
         self.inner.restore_batch(converted, metadata)
 
     def discard(self) -> None:

@@ -360,3 +360,12 @@ def test_open_ended_fetch_range_returns(tmp_path):
 def test_builder_rejects_non_positive_size_and_negative_grace(size, grace, retention):
     with pytest.raises(InvalidStoreConfigError):
         Stores.window("w", size_ms=size, retention_ms=retention, grace_ms=grace)
+
+
+def test_a_marker_alone_restores_into_a_store_that_saw_no_window(build):
+    # A task's first open under a new epoch re-commits every store with a marker of its
+    # own (changelog.fencing), also a window store that has seen no record yet.
+    store = build()
+    store.restore_batch([], StoreMetadata(changelog_offset=3, batch_id=-1, epoch=7))
+    assert store.read_metadata().epoch == 7
+    assert list(store.all()) == []
