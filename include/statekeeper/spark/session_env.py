@@ -28,6 +28,48 @@ LOCAL_CHECKPOINT_CONF = {
     ),
 }
 
+#: Spark confs for an app whose executors run on other hosts (any non-local master): how
+#: soon the driver gives up on an executor that stopped answering — a host frozen (SIGSTOP,
+#: a suspended VM), partitioned or dead without closing its connections — so its tasks move
+#: to another executor. Spark's defaults take 2-3 minutes: an executor counts as lost after
+#: ``spark.network.timeout`` (120 s) without a heartbeat, checked only every
+#: ``spark.network.timeoutInterval`` (60 s). Here:
+#:
+#: * ``spark.executor.heartbeatInterval`` 2 s (Spark: 10 s): ten heartbeats per timeout, so
+#:   a few late ones (a GC pause, a busy machine) never look like a lost executor;
+#: * ``spark.storage.blockManagerHeartbeatTimeoutMs`` 20 s: the heartbeat timeout itself
+#:   (Spark uses ``spark.network.timeout`` when it is unset);
+#: * ``spark.network.timeoutInterval`` 2 s: how often the driver looks for expired
+#:   executors (must not exceed the timeout);
+#: * ``spark.network.timeout`` 60 s (Spark: 120 s): RPC asks, connection and fetch timeouts.
+#:   It bounds how long anything waits on a frozen peer (an RPC to its executor, a block
+#:   fetched from it) and stays 3x the heartbeat timeout, above any stall a healthy executor
+#:   has.
+#:
+#: Measured on the two-worker local cluster (``tests/cluster/freeze_timing.py``, docs/runtime.md
+#: "Frozen hosts"): the executor of a frozen host was dropped 19-21 s after SIGSTOP and the
+#: held-up batch completed on the survivor by 21-22 s; with Spark's defaults 85-108 s (the
+#: master's worker timeout; the driver's own heartbeat timeout alone: 120-180 s).
+#: ``spark.task.maxFailures`` stays at Spark's 4: a lost executor fails each of its Spark
+#: tasks once, and every micro-batch is a new job. The standalone master's own timeout
+#: (``spark.worker.timeout``) is a master/worker setting: see
+#: :class:`statekeeper.cluster.local_cluster.ClusterConfig`.
+CLUSTER_FAILOVER_CONF = {
+    "spark.executor.heartbeatInterval": "2s",
+    "spark.storage.blockManagerHeartbeatTimeoutMs": "20s",
+    "spark.network.timeoutInterval": "2s",
+    "spark.network.timeout": "60s",
+}
+
+
+def failover_conf(master: str) -> dict[str, str]:
+    """:data:`CLUSTER_FAILOVER_CONF` for a cluster master; nothing for ``local[...]``, whose
+    only executor is the driver itself (no heartbeat to lose)."""
+    from statekeeper.spark.master import is_local_master
+
+    return {} if is_local_master(master) else dict(CLUSTER_FAILOVER_CONF)
+
+
 #: How pyspark launches its JVM from a plain Python process (``statekeeper app run``, tests).
 #: It names the JVM a "pyspark-shell", and spark-submit turns the console progress bar on for
 #: shells: the JVM then starts with ``spark.ui.showConsoleProgress=true``, which a session's
@@ -82,6 +124,7 @@ def batch_session(master: str = "local[2]", app_name: str = "statekeeper") -> tu
         builder = SparkSession.builder.master(master).appName(app_name)
         for key, value in {
             **prepare_spark_env(),
+            **failover_conf(master),
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.host": "127.0.0.1",
