@@ -1,9 +1,14 @@
 """Watching a shipped app on a cluster through its status document: what the cluster tests
 and the cluster demo wait for and ask (placements, standbys caught up, a real drain, query
-endpoints, which worker ran an executor) and a bounded point-query loop."""
+endpoints, which worker ran an executor) and a bounded point-query loop. For host freezes
+(``LocalSparkCluster.freeze_worker``): whether a worker's Python workers are busy right now
+(a batch runs there), whether the driver moved a lost executor's tasks, and when its log
+said the executor was lost."""
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -110,6 +115,158 @@ def executors_of_worker(worker: Any) -> set[str]:
         return set()
     newest = max(apps, key=lambda p: p.name)  # app-<yyyyMMddHHmmss>-<nnnn>: sorts by start
     return {p.name for p in newest.iterdir() if p.is_dir()}
+
+
+def stateful_prefixes(topology: Any) -> list[str]:
+    """Task id prefixes (``"1_"``) of the subtopologies that hold stores."""
+    return [f"{sub.id}_" for sub in topology.subtopologies if topology.store_specs(sub.id)]
+
+
+def active_on(status: dict[str, Any], executor: str, prefixes: list[str]) -> list[str]:
+    """Tasks (ids starting with one of ``prefixes``) whose active copy ``executor`` runs."""
+    tasks = placement(status).get("tasks") or {}
+    return sorted(
+        t
+        for t, where in tasks.items()
+        if where.get("executor") == executor and any(t.startswith(p) for p in prefixes)
+    )
+
+
+def moved_off(status: dict[str, Any], executor: str, prefixes: list[str]) -> bool:
+    """The driver's latest assignment leaves ``executor`` out: it no longer lists it among
+    the live executors and places none of the tasks (``prefixes``) there."""
+    executors = placement(status).get("executors") or []
+    return (
+        bool(executors) and executor not in executors and not active_on(status, executor, prefixes)
+    )
+
+
+# -- a worker's Python workers, from /proc ------------------------------------------------------
+
+#: What a pyspark daemon and the Python workers it forks run (a fork keeps the command line).
+PYSPARK_DAEMON = "pyspark.daemon"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time ``pid`` has used (None when it is gone)."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def python_workers(cluster: Any, index: int) -> list[int]:
+    """Python workers of worker ``index``'s executors: the processes a pyspark daemon forked
+    (same command line as the daemon, whose parent is the executor JVM)."""
+    found = []
+    for pid in cluster.worker_processes(index):
+        if PYSPARK_DAEMON not in _cmdline(pid):
+            continue
+        fields = _stat_fields(pid)
+        if fields is not None and PYSPARK_DAEMON in _cmdline(int(fields[1])):
+            found.append(pid)
+    return found
+
+
+def busy_python_workers(cluster: Any, index: int, window_s: float = 0.2) -> dict[int, float]:
+    """CPU seconds each of worker ``index``'s Python workers used over ``window_s`` (those
+    that used any): a Spark task that runs stream tasks there keeps one busy."""
+    before = {pid: cpu_seconds(pid) for pid in python_workers(cluster, index)}
+    time.sleep(window_s)
+    used = {}
+    for pid, start in before.items():
+        now = cpu_seconds(pid)
+        if start is not None and now is not None and now > start:
+            used[pid] = round(now - start, 3)
+    return used
+
+
+def wait_python_busy(
+    cluster: Any,
+    index: int,
+    min_cpu_s: float = 0.05,
+    window_s: float = 0.1,
+    timeout_s: float = 60.0,
+) -> dict[int, float] | None:
+    """Wait (at most ``timeout_s``) until one of worker ``index``'s Python workers used at
+    least ``min_cpu_s`` of CPU within ``window_s`` — it is in the middle of a batch's work,
+    not in a Spark task with nothing to run — and return the usage; None at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        used = busy_python_workers(cluster, index, window_s)
+        if used and max(used.values()) >= min_cpu_s:
+            return used
+    return None
+
+
+def follow_after_thaw(
+    pids: list[int], timeout_s: float = 10.0, every_s: float = 0.01
+) -> dict[int, dict[str, float | None]]:
+    """Call right after thawing: for each of ``pids`` (Python workers that were frozen), how
+    much CPU it used from now on and how long it lived (``lived_s`` None: still alive at
+    ``timeout_s``) — whether a zombie ran at all before its executor's end took it down."""
+    start = time.monotonic()
+    first = {pid: cpu_seconds(pid) for pid in pids}
+    last = dict(first)
+    gone: dict[int, float] = {}
+    while time.monotonic() - start < timeout_s and len(gone) < len(pids):
+        for pid in pids:
+            if pid in gone:
+                continue
+            now = cpu_seconds(pid)
+            fields = _stat_fields(pid)
+            if now is None or fields is None or fields[0] in ("Z", "X"):
+                gone[pid] = time.monotonic() - start
+            else:
+                last[pid] = now
+        time.sleep(every_s)
+    return {
+        pid: {
+            "cpu_after_thaw_s": (
+                round(last[pid] - first[pid], 3)
+                if first[pid] is not None and last[pid] is not None
+                else None
+            ),
+            "lived_s": round(gone[pid], 2) if pid in gone else None,
+        }
+        for pid in pids
+    }
+
+
+#: Driver log lines (Spark's) saying an executor is lost, for executor ``{0}``.
+EXECUTOR_LOST_PATTERNS = (
+    r"Removing executor {0} with no recent heartbeats",
+    r"Lost executor {0} ",
+    r"Executor app-[0-9-]+/{0} removed",
+)
+
+
+def executor_lost_lines(log: Path, executor: str, offset: int = 0) -> list[str]:
+    """Lines of the driver's log from byte ``offset`` on that say ``executor`` is lost
+    (heartbeat timeout, scheduler, standalone master)."""
+    patterns = [re.compile(p.format(re.escape(executor))) for p in EXECUTOR_LOST_PATTERNS]
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if any(p.search(line) for p in patterns)]
 
 
 class QueryLoop(threading.Thread):
