@@ -34,10 +34,35 @@ The bounded cleaner — it never uses a crashed attempt's records before the nex
 settled them (``min.compaction.lag.ms`` longer than the outage: the audit checks and
 ``--fix`` sets it where the broker compacts; or a transactional writer's last stable
 offset) and copies older than delete.retention.ms are not restored from — passes.
+
+Zombies (changelog fencing, docs/fencing.md). In the fenced histories every open runs under
+a new task epoch, and a *move* leaves the previous owner's task object alive in its own
+executor directory: a process that froze and resumes. Such a zombie writes afterwards, never
+checking its epoch (the worst case): records landing in any prefix, commits of new or
+replayed batches, crashes; or it does check and must stop (StaleEpochError, no marker), or
+reopens under its old epoch and must be refused. A move may also happen in the middle of the
+old owner's commit (at each commit step), which then carries on. Every open, a standby copy
+fed by the real ChangelogTail, and every restore's fenced counts must match the model: the
+batches the current owner chain committed. A later open may reuse a zombie's local copy.
+
+What the zombies found (each kept below as a regular example):
+5. A library bug: CommitSplitter.take sorts a whole run under the fence it started with, so
+   an older epoch's record after a fence raise in the same run is taken as current data and
+   the new epoch's next marker commits it (test_known_bug_*). Until it is fixed the zombie
+   property does not run (FENCES_WITHIN_A_RUN) and the examples it breaks are xfail.
+6. A zombie's local copy (checkpointed at a marker it wrote after the fence rose) is found
+   out only when a record of an epoch that began before that marker raises the fence after
+   it; otherwise an open or a check from it takes it as current (two strict xfails). The
+   property reuses only zombie copies the restorer can tell, and lets a zombie whose check
+   cannot tell commit (all fenced).
+7. A fenced record is the newest of its key, so Kafka's cleaner drops the committed value it
+   supersedes (strict xfail): the bounded cleaner here never keeps a fenced record as the
+   newest of its key.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -49,15 +74,27 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from statekeeper.changelog import restorer as restorer_module
-from statekeeper.changelog.fencing import begin_record, marker_headers, marker_key
+from statekeeper.changelog.fencing import (
+    CommitSplitter,
+    FenceCounts,
+    StaleEpochError,
+    begin_record,
+    classify,
+    is_marker_key,
+    marker_headers,
+    marker_key,
+    record_headers,
+)
 from statekeeper.changelog.records import MARKER_KEY, CommitMarker, changelog_topic
 from statekeeper.changelog.restorer import ChangelogRestorer
 from statekeeper.kafka.partition_reader import PartitionRun
+from statekeeper.standby import tail as tail_module
+from statekeeper.standby.replica import StandbyTask, UpdateResult
 from statekeeper.state.directory import TaskDirectory
 from statekeeper.state.task_state_manager import TaskStateManager
 from statekeeper.state.transaction import TransactionState
@@ -75,6 +112,15 @@ KEYS = ["a", "b", "c"]
 CHUNK = 3  # records per read run: markers fall at every position of a run
 
 
+#: RocksDB opens dominate these tests: ~100 ms each on disk, ~5 ms on tmpfs.
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def scratch_dir() -> tempfile.TemporaryDirectory:
+    """A temporary directory, in memory where the machine has a tmpfs."""
+    return tempfile.TemporaryDirectory(prefix="compaction-safety-", dir=SCRATCH)
+
+
 class Crash(Exception):
     """The process died here."""
 
@@ -83,6 +129,12 @@ def log_step(text: str) -> None:
     """Shown with a failing Hypothesis example (a no-op in the plain tests)."""
     if currently_in_test_context():
         note(text)
+
+
+def count(what: str) -> None:
+    """A Hypothesis event (``--hypothesis-show-statistics`` shows what the examples did)."""
+    if currently_in_test_context():
+        event(what)
 
 
 # -- the in-memory changelog -------------------------------------------------------------
@@ -97,12 +149,21 @@ class Record:
 
 
 class Message:
-    """What the restorer reads of a confluent_kafka Message."""
+    """What the restorer and the standby tail read of a confluent_kafka Message."""
 
-    __slots__ = ("_record",)
+    __slots__ = ("_record", "_tp")
 
-    def __init__(self, record: Record) -> None:
-        self._record = record
+    def __init__(self, record: Record, tp: tuple[str, int] = ("", 0)) -> None:
+        self._record, self._tp = record, tp
+
+    def topic(self) -> str:
+        return self._tp[0]
+
+    def partition(self) -> int:
+        return self._tp[1]
+
+    def error(self) -> None:
+        return None
 
     def offset(self) -> int:
         return self._record.offset
@@ -166,13 +227,48 @@ class Broker:
                     run = records[i : i + CHUNK]
                     yield PartitionRun(tp, [Message(r) for r in run], [r.key for r in run])
 
-        return mock.patch.multiple(
-            restorer_module,
-            eof_consumer=eof_consumer,
-            watermarks=watermarks,
-            assign_at=assign_at,
-            PartitionReader=reader,
+        class TailConsumer:
+            """The standby tail's consumer: ``consume`` hands out what was written past each
+            partition's position, two records at a time (so runs split anywhere)."""
+
+            def __init__(self) -> None:
+                self.positions: dict[Any, int] = {}
+
+            def consume(self, num_messages: int, timeout: float) -> list[Message]:
+                out: list[Message] = []
+                for tp, position in self.positions.items():
+                    run = [r for r in broker.logs[tp].records if r.offset >= position][:2]
+                    if run:
+                        self.positions[tp] = run[-1].offset + 1
+                        return [Message(r, tp) for r in run]
+                return out
+
+            def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False):
+                return 0, broker.logs[(tp.topic, tp.partition)].end
+
+            def close(self) -> None:
+                pass
+
+        def tail_consumer(config: dict[str, Any], purpose: str = "", **_: Any) -> TailConsumer:
+            return TailConsumer()
+
+        def tail_assign_at(consumer: TailConsumer, starts: dict[Any, int]) -> None:
+            consumer.positions = {tp: max(start, 0) for tp, start in starts.items()}
+
+        patches = contextlib.ExitStack()
+        patches.enter_context(
+            mock.patch.multiple(
+                restorer_module,
+                eof_consumer=eof_consumer,
+                watermarks=watermarks,
+                assign_at=assign_at,
+                PartitionReader=reader,
+            )
         )
+        patches.enter_context(
+            mock.patch.multiple(tail_module, eof_consumer=tail_consumer, assign_at=tail_assign_at)
+        )
+        return patches
 
 
 class Writer:
@@ -262,20 +358,147 @@ def compact(log: PartitionLog, boundary: int, drop: Any) -> list[int]:
     return sorted(dropped)
 
 
+def record_epochs(log: PartitionLog) -> list[tuple[Record, str, int, bool]]:
+    """Each record with its kind, epoch and whether the fencing rule drops it (an epoch
+    below the highest one written before it)."""
+    fence, out = 0, []
+    for r in log.records:
+        kind, epoch = classify(r.key, r.headers)
+        out.append((r, kind, epoch, kind != "begin" and epoch < fence))
+        fence = max(fence, epoch)
+    return out
+
+
+def fence_at(log: PartitionLog, offset: int) -> int:
+    """The partition's fence just before ``offset``: the highest epoch written below it
+    (begin records have keys of their own, so compaction never lowers it)."""
+    return max((classify(r.key, r.headers)[1] for r in log.records if r.offset < offset), default=0)
+
+
+def expected_fenced(log: PartitionLog, start: int) -> FenceCounts:
+    """What a read of ``log`` from ``start`` on must fence."""
+    counts = FenceCounts()
+    for r, kind, _epoch, fenced in record_epochs(log):
+        if r.offset >= start and fenced:
+            if kind == "marker":
+                counts.markers += 1
+            else:
+                counts.records += 1
+    return counts
+
+
+def fenced_newest_keys(log: PartitionLog, boundary: int) -> set[bytes]:
+    """Keys whose newest record below ``boundary`` is fenced data."""
+    newest: dict[bytes, bool] = {}
+    for r, kind, _epoch, fenced in record_epochs(log):
+        if r.offset < boundary:
+            newest[r.key] = fenced and kind == "data"
+    return {key for key, fenced in newest.items() if fenced}
+
+
+def splitter_commits(runs: list[list[Record]], fence: int) -> list[tuple[int, dict]]:
+    """What a CommitSplitter starting at ``fence`` commits from ``runs`` (consecutive runs
+    of one partition, as a reader hands them over): (marker offset, records) per marker."""
+    commits: list[tuple[int, dict]] = []
+    splitter = CommitSplitter(
+        "probe[0]", lambda recs, _n, _m, offset: commits.append((offset, dict(recs))), fence
+    )
+    for run in runs:
+        splitter.take([Message(r) for r in run], [r.key for r in run])
+    return commits
+
+
+def zombie_after_a_fence_raise() -> list[Record]:
+    """From fence 1 on: epoch 2's begin record and marker, a zombie's (epoch 1) record and
+    marker, epoch 2's next marker."""
+    key, value, headers = begin_record(2)
+
+    def marker(offset: int, epoch: int, batch: int) -> Record:
+        encoded = CommitMarker(batch, TASK, "kv", {}, epoch).encode()
+        return Record(offset, marker_key(epoch), encoded, marker_headers(epoch))
+
+    return [
+        Record(10, key, value, headers),
+        marker(11, 2, 5),
+        Record(12, b"a", b"zombie", record_headers(1)),
+        marker(13, 1, 6),
+        marker(14, 2, 6),
+    ]
+
+
+#: Whether CommitSplitter fences an older epoch's record that follows, in the same run, the
+#: record that raised the fence (test_known_bug_*): until it does, the zombie property and
+#: the examples that depend on it are expected to fail (and the property is not run).
+FENCES_WITHIN_A_RUN = splitter_commits([zombie_after_a_fence_raise()], fence=1) == [
+    (11, {}),
+    (14, {}),
+]
+NEEDS_RUN_FENCING = pytest.mark.xfail(
+    not FENCES_WITHIN_A_RUN,
+    strict=True,
+    raises=AssertionError,
+    reason="library bug: CommitSplitter.take sorts a whole run under the fence it started "
+    "with, so a zombie record after a fence raise in the same run is committed "
+    "(test_known_bug_a_fence_raised_inside_a_run_does_not_fence_the_rest_of_it)",
+)
+
+
 # -- the system under test: one task of two stores ------------------------------------------
+
+#: An owner that never re-checks its epoch before markers (the driver confirmed it "now").
+NEVER = 1e9
+
+
+@dataclass
+class Copy:
+    """A closed copy of kv's local store (a snapshot, another executor's copy)."""
+
+    path: Path
+    checkpoint: int  # changelog offset of its marker (-1: none)
+    epoch: int = 0  # of its marker
+    #: Checkpointed at a zombie's marker, written after a newer epoch had begun: an open
+    #: must not trust it (the restorer finds it out and restores fully).
+    fenced: bool = False
+
+
+@dataclass
+class Zombie:
+    """A previous owner's task object, kept open after its task moved: its process froze
+    and resumed, and it still writes under its old epoch."""
+
+    task: TaskStateManager
+    writer: Writer
+    task_dir: TaskDirectory
+    epoch: int
 
 
 class Harness:
-    """Runs batches, crashes, compactions and restarts of one task; checks every open."""
+    """Runs batches, crashes, compactions, restarts, moves and zombies of one task; checks
+    every open (and, when fencing, a standby copy) against the model.
 
-    def __init__(self, root: Path, broker: Broker, bounded: bool) -> None:
+    ``fencing``: every open raises the task epoch (else epoch 0, the unfenced protocol).
+    ``strict``: also expect fencing to catch what the library cannot tell yet (a zombie's
+    copy or epoch check whose newer epoch wrote nothing after the zombie's last commit).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        broker: Broker,
+        bounded: bool,
+        fencing: bool = False,
+        strict: bool = False,
+    ) -> None:
         self.root = root
+        self.strict = strict
         self.broker = broker
         self.bounded = bounded
+        self.fencing = fencing
+        self.epoch = 0  # of the current owner (fencing: every open raises it)
+        self.executors = 0
         self.task_dir = TaskDirectory(root / "state", APP, TASK)
-        # Closed copies of kv's local store (a snapshot, another executor's copy) and the
-        # changelog offset each is checkpointed at, oldest first.
-        self.copies: list[tuple[Path, int]] = []
+        # Closed copies of kv's local store, oldest first.
+        self.copies: list[Copy] = []
         # The model: each store's state as of the last committed batch.
         self.committed: dict[str, dict[str, int]] = {name: {} for name in STORES}
         self.committed_batch: int | None = None
@@ -284,61 +507,129 @@ class Harness:
         self.unsettled: dict[tuple[str, int], int] = {}
         self.task: TaskStateManager | None = None
         self.writer: Writer | None = None
+        self.zombies: list[Zombie] = []
+        self.standby: StandbyTask | None = None
+        self.standby_read = 0  # kv's log end at the standby's last step
+        if fencing:
+            self.standby = StandbyTask(
+                application_id=APP,
+                task_id=TASK,
+                partition=0,
+                specs=SPECS,
+                state_dir=root / "standby",
+                consumer_config={},
+                timeout_s=1,
+                batch_records=2,
+            )
+        #: What the history exercised (asserted by the plain tests).
+        self.fenced_copy_opens = 0
 
     def restorer(self) -> ChangelogRestorer:
         return ChangelogRestorer({}, batch_records=2, threads=1)
+
+    def manager(self, task_dir: TaskDirectory, writer: Writer, epoch: int) -> TaskStateManager:
+        return TaskStateManager(
+            application_id=APP,
+            task_id=TASK,
+            partition=0,
+            specs=SPECS,
+            task_dir=task_dir,
+            writer=writer,  # type: ignore[arg-type]
+            restorer=self.restorer(),
+            lock_timeout_s=1,
+            epoch=epoch,
+            fence_check_after_s=NEVER,
+        )
 
     def open(self, local: str, data) -> None:
         """Open the task with the current (``keep``), an older (``stale``: any earlier closed
         copy) or no local copy of the persistent store."""
         kv_dir = self.task_dir.store_path("kv")
+        chosen: Copy | None = None
         if local == "none":
             shutil.rmtree(kv_dir, ignore_errors=True)
-        elif local == "stale" and self.copies:
-            copy, _ = self.copies[data.draw(st.integers(0, len(self.copies) - 1), label="copy")]
+        elif local == "stale" and (copies := self.usable_copies()):
+            chosen = copies[data.draw(st.integers(0, len(copies) - 1), label="copy")]
             shutil.rmtree(kv_dir, ignore_errors=True)
-            shutil.copytree(copy, kv_dir)
+            shutil.copytree(chosen.path, kv_dir)
+        if self.fencing:
+            self.epoch += 1
         self.writer = Writer(self.broker)
-        self.task = TaskStateManager(
-            application_id=APP,
-            task_id=TASK,
-            partition=0,
-            specs=SPECS,
-            task_dir=self.task_dir,
-            writer=self.writer,  # type: ignore[arg-type]
-            restorer=self.restorer(),
-            lock_timeout_s=1,
-        )
+        self.task = self.manager(self.task_dir, self.writer, self.epoch)
         outcomes = {o.job.store.name: o for o in self.task.open()}
         self.unsettled.clear()  # the open re-logged or rolled forward every tail
         state = {name: dict(self.task.store(name).all()) for name in STORES}
-        log_step(f"open(local={local}): {state}, batch {self.task.last_batch_id}")
+        log_step(
+            f"open(local={local}{' fenced copy' if chosen and chosen.fenced else ''}, "
+            f"epoch {self.epoch}): {state}, batch {self.task.last_batch_id}"
+        )
         assert state == self.committed, f"open(local={local}) restored {state}"
         assert self.task.last_batch_id in (
             (self.committed_batch,) if self.committed_batch is not None else (None, -1)
         )
-        # A partial restore stays partial even when compaction removed the marker it starts
-        # from: a local copy with a checkpoint never falls back to a full restore.
-        assert outcomes["kv"].job.reason in (None, "no local state"), outcomes["kv"].job.reason
+        reason = outcomes["kv"].job.reason
+        if chosen is not None and chosen.fenced:
+            # A zombie's commit: its marker came after a newer epoch's begin record.
+            self.fenced_copy_opens += 1
+            count("open from a zombie's copy")
+            assert reason and reason.startswith("inconsistent local state"), reason
+        else:
+            # A partial restore stays partial even when compaction removed the marker it
+            # starts from: a local copy with a checkpoint never falls back to a full restore.
+            assert reason in (None, "no local state"), reason
+        if self.fencing:
+            for name, outcome in outcomes.items():
+                log = self.broker.logs[(TOPICS[name], 0)]
+                assert outcome.fenced == expected_fenced(log, outcome.start_offset), name
+                if outcome.fenced.records:
+                    count("restore fenced zombie records")
+                assert outcome.fence == self.epoch
 
-    def close(self) -> None:
-        assert self.task is not None
-        checkpoint = self.task.store("kv").read_metadata().changelog_offset  # what is on disk
-        self.task.close()
-        self.task = None
-        kv_dir = self.task_dir.store_path("kv")
+    def usable_copies(self) -> list[Copy]:
+        """The copies an open may start from: a zombie's (fenced) copy only when the
+        restorer can tell (see :meth:`fence_shows`), unless ``strict``."""
+        return [c for c in self.copies if not c.fenced or self.strict or self.fence_shows(c)]
+
+    def fence_shows(self, copy: Copy) -> bool:
+        """Whether a read from ``copy``'s marker on raises the fence to an epoch whose begin
+        record it does not read (CommitSplitter.unannounced_epochs): how the restorer finds
+        out a zombie's copy. It cannot when no record of an epoch that began before that
+        marker raises the fence after it: the newer epoch wrote nothing since, or only after
+        an even newer one began
+        (test_known_gap_a_zombies_copy_passes_when_no_newer_epoch_wrote_after_it)."""
+        log = self.broker.logs[(TOPICS["kv"], 0)]
+        fence, raised, begun = copy.epoch, set(), set()
+        for r in log.records:
+            if r.offset <= copy.checkpoint:
+                continue
+            kind, epoch = classify(r.key, r.headers)
+            if epoch > fence:
+                fence = epoch
+                raised.add(epoch)
+            if kind == "begin" and epoch == fence:
+                begun.add(epoch)
+        return bool(raised - begun)
+
+    def retire(self, task: TaskStateManager, task_dir: TaskDirectory) -> None:
+        """Close ``task`` and keep a copy of its kv store."""
+        meta = task.store("kv").read_metadata()  # what is on disk
+        task.close()
+        kv_dir = task_dir.store_path("kv")
         if kv_dir.exists():
             copy = Path(tempfile.mkdtemp(prefix="copy", dir=self.root)) / "kv"
             shutil.copytree(kv_dir, copy)
-            self.copies.append((copy, -1 if checkpoint is None else checkpoint))
+            checkpoint = -1 if meta.changelog_offset is None else meta.changelog_offset
+            log = self.broker.logs[(TOPICS["kv"], 0)]
+            fenced = checkpoint >= 0 and meta.epoch < fence_at(log, checkpoint)
+            self.copies.append(Copy(copy, checkpoint, meta.epoch, fenced))
 
-    def batch(self, writes: list[tuple[str, str, int | None]], crash: str | None, data) -> None:
-        """Write ``writes`` and commit them, dying at ``crash`` (a commit step, ``process``
-        before the commit, or ``markers`` while writing them)."""
-        task, writer = self.task, self.writer
-        assert task is not None and writer is not None
-        batch_id = 0 if self.committed_batch is None else self.committed_batch + 1
-        ends = {tp: log.end for tp, log in self.broker.logs.items()}
+    def close(self) -> None:
+        assert self.task is not None
+        self.retire(self.task, self.task_dir)
+        self.task = None
+
+    def stage(self, task: TaskStateManager, writes: list[tuple[str, str, int | None]]) -> dict:
+        """Apply ``writes`` to ``task``'s stores; the model's state if they commit."""
         staged = {name: dict(self.committed[name]) for name in STORES}
         for store, key, value in writes:
             if value is None:
@@ -347,6 +638,12 @@ class Harness:
             else:
                 task.store(store).put(key, value)
                 staged[store][key] = value
+        return staged
+
+    @staticmethod
+    def arm(task: TaskStateManager, writer: Writer, crash: str | None, data) -> None:
+        """Make ``task``'s next commit die at ``crash`` (a commit step, or ``markers`` while
+        writing them; ``process`` is raised by the caller)."""
         if crash == "markers":
             writer.markers_landing = data.draw(
                 st.lists(st.booleans(), min_size=2, max_size=2), label="markers landing"
@@ -359,6 +656,25 @@ class Harness:
                     raise Crash(f"died at {step}")
 
             task.commit_hooks.append(die)
+
+    @staticmethod
+    def die(writer: Writer, data) -> None:
+        """The process dies: any prefix of each partition's unacknowledged records lands."""
+        kept = {
+            tp: data.draw(st.integers(0, len(items)), label=f"{tp[0]} records landing")
+            for tp, items in writer.pending.items()
+        }
+        writer.kill(kept)
+
+    def batch(self, writes: list[tuple[str, str, int | None]], crash: str | None, data) -> None:
+        """Write ``writes`` and commit them, dying at ``crash`` (a commit step, ``process``
+        before the commit, or ``markers`` while writing them)."""
+        task, writer = self.task, self.writer
+        assert task is not None and writer is not None
+        batch_id = 0 if self.committed_batch is None else self.committed_batch + 1
+        ends = {tp: log.end for tp, log in self.broker.logs.items()}
+        staged = self.stage(task, writes)
+        self.arm(task, writer, crash, data)
         try:
             if crash == "process":
                 raise Crash("died before the commit")
@@ -366,14 +682,12 @@ class Harness:
             assert crash is None, "the crash hook did not fire"
             committed = True
         except Crash:
-            kept = {
-                tp: data.draw(st.integers(0, len(items)), label=f"{tp[0]} records landing")
-                for tp, items in writer.pending.items()
-            }
-            writer.kill(kept)
+            self.die(writer, data)
             # Committed once any marker of the batch landed: the next open rolls forward.
             committed = any(
-                r.key == MARKER_KEY and CommitMarker.decode(r.value, where="t").batch_id == batch_id
+                is_marker_key(r.key)
+                and (marker := CommitMarker.decode(r.value, where="t")).batch_id == batch_id
+                and marker.epoch == self.epoch
                 for tp, log in self.broker.logs.items()
                 for r in log.records
                 if r.offset >= ends.get(tp, 0)
@@ -389,6 +703,134 @@ class Harness:
             self.committed, self.committed_batch = staged, batch_id
         log_step(f"batch {batch_id} {writes} crash={crash} committed={committed}")
 
+    def move(self, local: str, during: tuple | None, data) -> None:
+        """The task moves to another executor (a new directory, under a new epoch); the old
+        owner's task object stays open there: a zombie. With ``during`` = (writes, step) the
+        move happens while the old owner commits ``writes``, right after ``step``; the old
+        owner then finishes its commit, unaware."""
+        assert self.task is not None and self.writer is not None
+        old = Zombie(self.task, self.writer, self.task_dir, self.epoch)
+        self.zombies.append(old)
+        self.task = self.writer = None
+        self.executors += 1
+        self.task_dir = TaskDirectory(self.root / f"executor{self.executors}", APP, TASK)
+        if during is None:
+            log_step(f"move: epoch {old.epoch} is a zombie")
+            self.open(local, data)
+            return
+        writes, step = during
+        count(f"move after {step}")
+        batch_id = 0 if self.committed_batch is None else self.committed_batch + 1
+        staged = self.stage(old.task, writes)
+        # Its markers landed before the new owner's begin records: the batch committed.
+        committed = TransactionState(step) in (TransactionState.MARKED, TransactionState.STORED)
+        log_step(f"move during batch {batch_id} {writes} after {step}: committed={committed}")
+
+        def take_over(state: TransactionState, _batch: int) -> None:
+            if state is TransactionState(step):
+                if committed:
+                    self.committed, self.committed_batch = staged, batch_id
+                self.open(local, data)
+
+        old.task.commit_hooks.append(take_over)
+        old.task.commit(batch_id, {"in:0": batch_id + 1})
+        old.task.commit_hooks.remove(take_over)
+
+    def zombie(self, index: int, writes: list, action: str, data) -> None:
+        """A zombie acts: ``commit`` (never checking its epoch), ``checked`` (commits with the
+        epoch check due: it must stop before its markers), ``crash:<step>`` (dies there, any
+        prefix of its records landing), ``reopen`` (its process restarts under its old
+        epoch: refused), ``close`` (it finally goes away)."""
+        if not self.zombies:
+            return
+        z = self.zombies[index % len(self.zombies)]
+        logs = self.broker.logs
+        count(f"zombie {action}")
+        if action == "close":
+            log_step(f"zombie {z.epoch} closes")
+            self.bury(z)
+            return
+        if action == "reopen":
+            log_step(f"zombie {z.epoch} restarts under its epoch")
+            self.bury(z)
+            ends = {tp: log.end for tp, log in logs.items()}
+            with pytest.raises(StaleEpochError):
+                self.manager(z.task_dir, Writer(self.broker), z.epoch).open()
+            # It wrote its begin records (fenced) and nothing else.
+            for tp, log in logs.items():
+                new = [r for r in log.records if r.offset >= ends.get(tp, 0)]
+                assert [classify(r.key, r.headers) for r in new] == [("begin", z.epoch)], tp
+            return
+        last = z.task.last_batch_id
+        batch_id = data.draw(st.integers(0, max(-1, -1 if last is None else last) + 1))
+        ends = {tp: log.end for tp, log in logs.items()}
+        self.stage(z.task, writes)
+        log_step(f"zombie {z.epoch}: batch {batch_id} {writes} {action}")
+        if action == "commit":
+            z.task.commit(batch_id, {"in:0": batch_id + 1})
+            # Everything it wrote came after the new owner's begin records: all fenced.
+            for tp, log in logs.items():
+                new = [f for r, _k, _e, f in record_epochs(log) if r.offset >= ends.get(tp, 0)]
+                assert new and all(new), tp
+            return
+        if action == "checked":
+            z.task.fence_check_after_s = -1.0  # ownership confirmed too long ago: check
+            if not self.check_sees_newer_epoch(z) and not self.strict:
+                # It committed unchecked after the fence rose and no newer epoch wrote since:
+                # its check cannot tell (test_known_gap_a_checking_zombie_*). All fenced.
+                log_step("zombie check blind: its last commit was already fenced")
+                z.task.commit(batch_id, {"in:0": batch_id + 1})
+                return
+            with pytest.raises(StaleEpochError):
+                z.task.commit(batch_id, {"in:0": batch_id + 1})
+            for tp, log in logs.items():
+                new = [r for r in log.records if r.offset >= ends.get(tp, 0)]
+                assert not any(is_marker_key(r.key) for r in new), f"zombie marker in {tp}"
+            self.bury(z)
+            return
+        crash = action.removeprefix("crash:")
+        self.arm(z.task, z.writer, crash, data)
+        try:
+            if crash == "process":
+                raise Crash("died before the commit")
+            z.task.commit(batch_id, {"in:0": batch_id + 1})
+            raise AssertionError("the crash hook did not fire")
+        except Crash:
+            self.die(z.writer, data)
+        self.bury(z)
+
+    def check_sees_newer_epoch(self, z: Zombie) -> bool:
+        """Whether ``z``'s epoch check (a read of each changelog from its last commit on) meets
+        a newer epoch."""
+        for name in STORES:
+            start = z.task.store(name).read_metadata().changelog_offset
+            log = self.broker.logs[(TOPICS[name], 0)]
+            if any(
+                classify(r.key, r.headers)[1] > z.epoch
+                for r in log.records
+                if start is None or r.offset > start
+            ):
+                return True
+        return False
+
+    def bury(self, z: Zombie) -> None:
+        self.zombies.remove(z)
+        self.retire(z.task, z.task_dir)
+
+    def check_standby(self) -> None:
+        """One standby step; when the owner is settled (open, no crashed attempt pending),
+        the copy holds exactly the committed kv."""
+        if self.standby is None:
+            return
+        assert self.standby.update() is UpdateResult.UPDATED
+        self.standby_read = self.broker.logs[(TOPICS["kv"], 0)].end  # it read everything
+        if self.task is not None:
+            copy = dict(self.standby.stores()["kv"].all())
+            tail = self.standby._tail  # the standby's ChangelogTail (its fence counts)
+            if tail is not None and tail.fenced().records:
+                count("standby tail fenced zombie records")
+            assert copy == self.committed["kv"], f"standby copy {copy}"
+
     def compact(self, data) -> None:
         for tp in sorted(self.broker.logs):
             log = self.broker.logs[tp]
@@ -397,14 +839,38 @@ class Harness:
             # shrinks towards) give the cleaner the most to work with.
             boundary = limit - data.draw(st.integers(0, limit), label=f"{tp[0]} behind limit")
             tombstones = {r.offset for r in log.records if r.value is None}
-            dropped = compact(log, boundary, lambda _r: data.draw(st.booleans()))
+            # The bounded cleaner never keeps a fenced record as the newest of its key (see
+            # test_known_gap_fenced_record_supersedes_a_committed_value).
+            keep = fenced_newest_keys(log, boundary) if self.bounded else set()
+            # Nor does it remove a tombstone the standby has not read yet: the standby steps
+            # far more often than delete.retention.ms (a reader lagging longer than that
+            # misses deletes, as any Kafka consumer does).
+            follows = self.standby is not None and self.bounded and tp == (TOPICS["kv"], 0)
+            unread = self.standby_read if follows else log.end
+
+            def drop(r: Record, keep: set[bytes] = keep, unread: int = unread) -> bool:
+                if r.key in keep or (r.value is None and r.offset >= unread):
+                    return False
+                return data.draw(st.booleans())
+
+            dropped = compact(log, boundary, drop)
             log_step(f"compact {tp[0]} below {boundary}: dropped {dropped}")
             gone = [t for t in dropped if t in tombstones]
             if self.bounded and gone and tp == (TOPICS["kv"], 0):
                 # A tombstone goes delete.retention.ms after its cleaning, so a copy older
                 # than that (checkpointed before the tombstone) may miss the delete: such
                 # copies are too old to restore from (snapshot max age < delete.retention.ms).
-                self.copies = [(c, ckpt) for c, ckpt in self.copies if ckpt > max(gone)]
+                self.copies = [c for c in self.copies if c.checkpoint > max(gone)]
+
+    def close_all(self) -> None:
+        if self.task is not None:
+            self.task.close()
+            self.task = None
+        for z in self.zombies:
+            z.task.close()
+        self.zombies.clear()
+        if self.standby is not None:
+            self.standby.release()
 
 
 WRITES = st.lists(
@@ -412,9 +878,8 @@ WRITES = st.lists(
     min_size=1,
     max_size=5,
 )
-CRASHES = st.none() | st.sampled_from(
-    ["process", "flushed", "produced", "markers", "marked", "stored", "committed"]
-)
+CRASH_POINTS = ["process", "flushed", "produced", "markers", "marked", "stored", "committed"]
+CRASHES = st.none() | st.sampled_from(CRASH_POINTS)
 LOCAL = st.sampled_from(["keep", "stale", "none"])
 STEPS = st.lists(
     st.one_of(
@@ -425,22 +890,51 @@ STEPS = st.lists(
     min_size=1,
     max_size=14,
 )
+#: Where a move may fall inside the old owner's commit.
+MOVE_POINTS = ["flushed", "produced", "marked", "stored"]
+#: What a zombie does, unchecked commits weighted up (the worst case).
+ZOMBIE_ACTIONS = st.sampled_from(["commit", "commit", "checked", "reopen", "close"]) | (
+    st.sampled_from([f"crash:{point}" for point in CRASH_POINTS])
+)
+ZOMBIE_STEP = st.tuples(st.just("zombie"), st.integers(0, 3), WRITES, ZOMBIE_ACTIONS)
+MOVE_STEP = st.tuples(
+    st.just("move"),
+    st.sampled_from(["stale", "none"]),
+    st.none() | st.tuples(WRITES, st.sampled_from(MOVE_POINTS)),
+)
+#: One in three steps a zombie's (a no-op until a move made one), one in six a move.
+FENCED_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("batch"), WRITES, CRASHES),
+        st.tuples(st.just("batch"), WRITES, st.none()),
+        st.tuples(st.just("compact")),
+        st.tuples(st.just("restart"), LOCAL),
+        MOVE_STEP,
+        MOVE_STEP,
+        ZOMBIE_STEP,
+        ZOMBIE_STEP,
+        ZOMBIE_STEP,
+        ZOMBIE_STEP,
+    ),
+    min_size=1,
+    max_size=18,
+)
 
 
-def run_history(steps: list[tuple], data, bounded: bool) -> None:
+def run_history(steps: list[tuple], data, bounded: bool, fencing: bool = False) -> None:
     broker = Broker()
-    with tempfile.TemporaryDirectory() as tmp, broker.patch():
-        harness = Harness(Path(tmp), broker, bounded)
+    with scratch_dir() as tmp, broker.patch():
+        harness = Harness(Path(tmp), broker, bounded, fencing)
         try:
             run_steps(harness, steps, data)
         finally:
-            if harness.task is not None:
-                harness.task.close()
+            harness.close_all()
 
 
 def run_steps(harness: Harness, steps: list[tuple], data) -> None:
     """Open the task, run ``steps`` and end with it open (reopened after a last crash)."""
     harness.open("keep", data)
+    harness.check_standby()
     for step in [*steps, ("end",)]:
         if harness.task is None:  # died: the cleaner may run, then a restart
             harness.compact(data)
@@ -452,13 +946,24 @@ def run_steps(harness: Harness, steps: list[tuple], data) -> None:
         elif step[0] == "restart":
             harness.close()
             harness.compact(data)
+            if harness.standby is not None and data.draw(st.booleans(), label="standby restarts"):
+                harness.standby.release()  # its next step restores from its copy's marker
             harness.open(step[1], data)
+        elif step[0] == "move":
+            harness.move(step[1], step[2], data)
+        elif step[0] == "zombie":
+            harness.zombie(step[1], step[2], step[3], data)
+        harness.check_standby()
 
 
 PROPERTY = settings(
     max_examples=int(os.environ.get("STATEKEEPER_COMPACTION_EXAMPLES", "200")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+ZOMBIE_PROPERTY = settings(
+    PROPERTY,
+    max_examples=int(os.environ.get("STATEKEEPER_ZOMBIE_EXAMPLES", "250")),
 )
 
 
@@ -483,6 +988,20 @@ def test_every_open_restores_the_committed_state_under_any_compaction(steps, dat
     run_history(steps, data, bounded=False)
 
 
+@pytest.mark.xfail(
+    not FENCES_WITHIN_A_RUN,
+    run=False,  # it would fail after a long shrink; runs again once the splitter is fixed
+    reason="library bug: CommitSplitter.take does not fence within a run (test_known_bug_*)",
+)
+@ZOMBIE_PROPERTY
+@given(steps=FENCED_STEPS, data=st.data())
+def test_zombie_writers_never_change_the_committed_state(steps, data):
+    """Epochs, moves and zombies (module docstring): every open, the standby copy and every
+    restore's fenced counts follow the current owner chain's commits, under the bounded
+    cleaner."""
+    run_history(steps, data, bounded=True, fencing=True)
+
+
 class Script:
     """Answers the harness's draws from a fixed list (a replayed Hypothesis example)."""
 
@@ -500,7 +1019,7 @@ def _uncommitted_record_supersedes_committed_value(bounded: bool) -> None:
     in-memory store restores from the changelog alone and has no c, and the open's revert
     then tombstones c (its committed value is unknown)."""
     broker = Broker()
-    with tempfile.TemporaryDirectory() as tmp, broker.patch():
+    with scratch_dir() as tmp, broker.patch():
         harness = Harness(Path(tmp), broker, bounded)
         harness.open("keep", None)
         harness.batch([("mem", "c", 0)], None, None)
@@ -536,7 +1055,7 @@ def _roll_forward_of_a_compacted_tombstone(bounded: bool) -> None:
     tombstone), then, after delete.retention.ms, the tombstone itself: kv's tail is empty and
     the roll-forward keeps the local a=0."""
     broker = Broker()
-    with tempfile.TemporaryDirectory() as tmp, broker.patch():
+    with scratch_dir() as tmp, broker.patch():
         harness = Harness(Path(tmp), broker, bounded)
         harness.open("keep", None)
         harness.batch([("kv", "a", 0)], None, None)
@@ -566,7 +1085,7 @@ def test_known_gap_roll_forward_misses_a_tombstone_the_cleaner_removed():
 def test_partial_restore_stays_partial_after_its_marker_was_compacted():
     """A local copy checkpointed at a marker the cleaner removed restores only the tail."""
     broker = Broker()
-    with tempfile.TemporaryDirectory() as tmp, broker.patch():
+    with scratch_dir() as tmp, broker.patch():
         harness = Harness(Path(tmp), broker, bounded=True)
         harness.open("keep", None)
         harness.batch([("kv", "a", 1), ("kv", "b", 1)], None, None)
@@ -598,7 +1117,7 @@ def test_a_task_that_never_committed_reverts_every_stores_tail():
     Batch -1 must not count as a batch mem is "behind" and rolls forward to: mem's records
     are uncommitted and reverted too."""
     broker = Broker()
-    with tempfile.TemporaryDirectory() as tmp, broker.patch():
+    with scratch_dir() as tmp, broker.patch():
         harness = Harness(Path(tmp), broker, bounded=True)
         harness.open("keep", None)
         harness.batch([("kv", "a", None), ("kv", "b", None)], "markers", Script([False, False]))
@@ -618,7 +1137,7 @@ def test_a_task_that_never_committed_reverts_every_stores_tail():
 )
 def test_known_limit_a_copy_older_than_delete_retention_misses_a_removed_tombstone():
     broker = Broker()
-    with tempfile.TemporaryDirectory() as tmp, broker.patch():
+    with scratch_dir() as tmp, broker.patch():
         harness = Harness(Path(tmp), broker, bounded=False)
         harness.open("keep", None)
         harness.batch([("kv", "a", 0)], None, None)
@@ -630,3 +1149,252 @@ def test_known_limit_a_copy_older_than_delete_retention_misses_a_removed_tombsto
         # a=0, batch 0's marker, then (no older a left) the tombstone itself.
         assert compact(kv_log, kv_log.end, lambda _r: True) == [0, 1, 2]
         harness.open("stale", Script(0))
+
+
+# -- zombies: deterministic examples -----------------------------------------------------
+
+
+def kinds(log: PartitionLog, start: int) -> list[tuple[str, int, bool]]:
+    """(kind, epoch, fenced) of each record of ``log`` from ``start`` on."""
+    return [(k, e, f) for r, k, e, f in record_epochs(log) if r.offset >= start]
+
+
+def _outcome(harness: Harness, store: str) -> Any:
+    assert harness.task is not None
+    return next(o for o in harness.task.restore_outcomes if o.job.store.name == store)
+
+
+def test_a_zombie_batch_between_two_markers_of_the_new_owner_is_ignored():
+    """The incident: the new owner's marker (epoch 2) at N, then the zombie's (epoch 1)
+    records and its marker, then the new owner's next marker right after them. Every open,
+    full or from a local copy, and the standby copy ignore the zombie's records."""
+    broker = Broker()
+    with scratch_dir() as tmp, broker.patch():
+        harness = Harness(Path(tmp), broker, bounded=True, fencing=True)
+        try:
+            harness.open("keep", None)  # epoch 1
+            harness.batch([("kv", "a", 1), ("kv", "b", 1)], None, None)
+            harness.check_standby()
+            harness.move("none", None, None)  # epoch 2 opens elsewhere; epoch 1 is a zombie
+            harness.batch([("kv", "b", 2)], None, None)  # batch 1: its kv marker is at N
+            kv = broker.logs[(TOPICS["kv"], 0)]
+            n = kv.end - 1
+            assert kinds(kv, n) == [("marker", 2, False)]
+            # The zombie replays batch 1 its own way: records and a marker of epoch 1.
+            harness.zombie(0, [("kv", "a", 9), ("kv", "c", 9)], "commit", Script(1))
+            harness.batch([("mem", "a", 3)], None, None)  # batch 2: kv's marker only
+            assert kinds(kv, n) == [
+                ("marker", 2, False),
+                ("data", 1, True),
+                ("data", 1, True),
+                ("marker", 1, True),
+                ("marker", 2, False),
+            ]
+            assert harness.committed["kv"] == {"a": 1, "b": 2}
+            harness.check_standby()
+            assert harness.standby is not None and harness.standby.progress["kv"].batch_id == 2
+            harness.zombie(0, [], "close", None)  # copies[0]: the zombie's, at its marker
+            for local, fenced in (("keep", 0), ("none", 1), ("stale", 1)):
+                harness.close()
+                harness.open(local, Script(0))
+                kv_outcome = _outcome(harness, "kv")
+                # From the owner's last marker nothing is fenced; a full restore (no copy, or
+                # the zombie's copy found out) fences the zombie's two records and marker.
+                assert kv_outcome.full == bool(fenced)
+                assert kv_outcome.fenced == FenceCounts(2 * fenced, fenced)
+                harness.standby.release()
+                harness.check_standby()  # restores from its marker, then tails
+            assert harness.fenced_copy_opens == 1
+        finally:
+            harness.close_all()
+
+
+def test_a_move_in_the_middle_of_a_commit():
+    """The old owner's records landed, it froze before its markers, the new owner opened
+    (reverting them), then the old owner wrote its markers: fenced, the batch is not
+    committed. Then the same with the markers landing before the new owner's open: the
+    batch is committed and the new owner adopts it."""
+    broker = Broker()
+    with scratch_dir() as tmp, broker.patch():
+        harness = Harness(Path(tmp), broker, bounded=True, fencing=True)
+        try:
+            harness.open("keep", None)
+            harness.batch([("kv", "a", 1)], None, None)
+            harness.move("none", ([("kv", "a", 2), ("mem", "b", 2)], "produced"), None)
+            assert harness.committed == {"kv": {"a": 1}, "mem": {}}
+            assert harness.task is not None and harness.task.last_batch_id == 0
+            harness.check_standby()
+            harness.move("stale", ([("kv", "a", 3), ("mem", "b", 3)], "marked"), Script(0))
+            assert harness.committed == {"kv": {"a": 3}, "mem": {"b": 3}}
+            harness.check_standby()
+            harness.close()
+            harness.open("none", None)
+            assert _outcome(harness, "kv").fenced.markers == 1  # the first zombie's marker
+        finally:
+            harness.close_all()
+
+
+def _zombie_copy(strict: bool, owner_writes_after: bool) -> Harness:
+    """Epoch 1 commits a=1; the task moves (epoch 2); the zombie commits a=99 unchecked and
+    closes, leaving its copy checkpointed at its (fenced) marker M; with
+    ``owner_writes_after`` epoch 2 commits after M. Then the owner restarts (epoch 3) from the
+    zombie's copy, as when the task moves back to the zombie's executor."""
+    broker = Broker()
+    with scratch_dir() as tmp, broker.patch():
+        harness = Harness(Path(tmp), broker, bounded=True, fencing=True, strict=strict)
+        try:
+            harness.open("keep", None)
+            harness.batch([("kv", "a", 1)], None, None)
+            harness.move("none", None, None)
+            harness.zombie(0, [("kv", "a", 99)], "commit", Script(1))
+            if owner_writes_after:
+                harness.batch([("mem", "b", 2)], None, None)
+            harness.zombie(0, [], "close", None)
+            [zombie_copy] = harness.copies
+            assert zombie_copy.fenced
+            harness.close()
+            harness.open("stale", Script(0))  # the zombie's copy
+            assert harness.fenced_copy_opens == 1
+            assert _outcome(harness, "kv").full
+        finally:
+            harness.close_all()
+    return harness
+
+
+def test_an_open_from_a_zombies_copy_restores_fully():
+    """The restorer meets epoch 2's marker after the copy's marker with no epoch-2 begin
+    record before it (CommitSplitter.unannounced_epochs): inconsistent, a full restore."""
+    _zombie_copy(strict=False, owner_writes_after=True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known gap: a zombie's copy whose superseding epoch wrote nothing after the "
+    "zombie's marker is restored from as if current (kv a=99 instead of a=1)",
+)
+def test_known_gap_a_zombies_copy_passes_when_no_newer_epoch_wrote_after_it():
+    """After the zombie's marker M the log holds only epoch 3's own begin record (announced):
+    nothing tells the read from M that epoch 2 began before M."""
+    _zombie_copy(strict=True, owner_writes_after=False)
+
+
+@NEEDS_RUN_FENCING
+def test_a_checking_zombie_stops_before_its_markers():
+    """A zombie whose ownership was confirmed too long ago checks its changelogs first: it
+    meets the new owner's begin record, raises StaleEpochError and writes no marker."""
+    broker = Broker()
+    with scratch_dir() as tmp, broker.patch():
+        harness = Harness(Path(tmp), broker, bounded=True, fencing=True, strict=True)
+        try:
+            harness.open("keep", None)
+            harness.batch([("kv", "a", 1)], None, None)
+            harness.move("none", None, None)
+            zombie = harness.zombies[0].task
+            harness.zombie(0, [("kv", "a", 99), ("mem", "a", 99)], "checked", Script(1))
+            assert zombie.fenced.records == 2 and zombie.broken
+            harness.close()
+            harness.open("none", None)
+        finally:
+            harness.close_all()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,  # DID NOT RAISE StaleEpochError
+    reason="known gap: a zombie that already committed unchecked after the fence rose "
+    "checks from its own (fenced) marker on and finds no newer epoch there",
+)
+def test_known_gap_a_checking_zombie_misses_the_fence_behind_its_last_commit():
+    broker = Broker()
+    with scratch_dir() as tmp, broker.patch():
+        harness = Harness(Path(tmp), broker, bounded=True, fencing=True, strict=True)
+        try:
+            harness.open("keep", None)
+            harness.batch([("kv", "a", 1)], None, None)
+            harness.move("none", None, None)
+            harness.zombie(0, [("kv", "a", 99)], "commit", Script(1))  # unchecked
+            harness.zombie(0, [("kv", "a", 98)], "checked", Script(2))
+        finally:
+            harness.close_all()
+
+
+def _fenced_record_supersedes(bounded_like_the_harness: bool) -> None:
+    """Epoch 1 commits a=1; epoch 2 takes over; the zombie writes a=9 (fenced) and commits.
+    The new owner even reopens (which re-logs nothing: fenced records are not a tail). The
+    cleaner keeps the newest record of a, the zombie's, and drops a=1: a full restore fences
+    a=9 and has no a at all."""
+    broker = Broker()
+    with scratch_dir() as tmp, broker.patch():
+        harness = Harness(Path(tmp), broker, bounded=True, fencing=True)
+        try:
+            harness.open("keep", None)
+            harness.batch([("kv", "a", 1)], None, None)
+            harness.move("none", None, None)
+            harness.zombie(0, [("kv", "a", 9)], "commit", Script(1))
+            harness.zombie(0, [], "close", None)
+            harness.close()
+            harness.open("keep", None)
+            harness.close()
+            kv = broker.logs[(TOPICS["kv"], 0)]
+            keep = fenced_newest_keys(kv, kv.end) if bounded_like_the_harness else set()
+            dropped = compact(kv, kv.end, lambda r: r.key not in keep)
+            assert (0 in dropped) is not bounded_like_the_harness  # a=1 (the first record)
+            harness.open("none", None)
+        finally:
+            harness.close_all()
+
+
+def test_a_cleaner_that_keeps_fenced_keys_keeps_the_committed_value():
+    _fenced_record_supersedes(bounded_like_the_harness=True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known gap: a zombie's fenced record is the newest of its key, so Kafka's cleaner "
+    "drops the committed value it supersedes (no open re-logs fenced keys)",
+)
+def test_known_gap_fenced_record_supersedes_a_committed_value():
+    _fenced_record_supersedes(bounded_like_the_harness=False)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="library bug: CommitSplitter.take computes the run's special records once, under "
+    "the fence the run started with; records of the old epoch after a fence raise in the same "
+    "run are taken as current data and the new epoch's next marker commits them. When fixed, "
+    "remove this marker (FENCES_WITHIN_A_RUN then enables the zombie property)",
+)
+def test_known_bug_a_fence_raised_inside_a_run_does_not_fence_the_rest_of_it():
+    records = zombie_after_a_fence_raise()
+    one_by_one = splitter_commits([[r] for r in records], fence=1)
+    assert one_by_one == [(11, {}), (14, {})]  # the zombie's record is fenced
+    assert splitter_commits([records], fence=1) == one_by_one  # not so in one run
+
+
+@NEEDS_RUN_FENCING
+def test_a_zombie_record_read_in_one_run_with_the_new_epochs_records_stays_fenced():
+    """The same bug through the real open: epoch 2 reopens, epoch 3 takes over, zombie 2
+    commits a=99, epoch 3 commits (kv: marker only). A restore reads [begin@3, marker@3,
+    a=99@2] as one run that starts under fence 2: a=99 is taken as current and epoch 3's next
+    marker commits it."""
+    broker = Broker()
+    with scratch_dir() as tmp, broker.patch():
+        harness = Harness(Path(tmp), broker, bounded=True, fencing=True)
+        try:
+            harness.open("keep", None)  # epoch 1: kv 0 begin, 1 marker
+            harness.batch([("kv", "a", 1)], None, None)  # 2 a=1, 3 marker
+            harness.close()
+            harness.open("keep", None)  # epoch 2: 4 begin, 5 marker
+            harness.move("none", None, None)  # epoch 3: 6 begin, 7 marker
+            harness.zombie(0, [("kv", "a", 99)], "commit", Script(1))  # 8 a=99, 9 marker@2
+            harness.batch([("mem", "b", 1)], None, None)  # kv: 10 marker@3
+            kv = broker.logs[(TOPICS["kv"], 0)]
+            assert [k for _r, k, _e, _f in record_epochs(kv)][6:] == [
+                "begin", "marker", "data", "marker", "marker"
+            ]  # fmt: skip
+            harness.close()
+            harness.open("none", None)  # runs of 3 from offset 0: [6, 7, 8] is one
+        finally:
+            harness.close_all()
