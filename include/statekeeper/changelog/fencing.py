@@ -160,15 +160,24 @@ class CommitSplitter:
         hdrs = list(map(_headers, msgs))
         values = list(map(_value, msgs))
         self.bytes_read += sum(map(len, keys)) + sum(map(len, filter(None, values)))
-        specials = self._specials(hdrs, keys)
         start = 0
-        for idx in specials:
-            if idx > start:
-                self._add(keys, values, start, idx)
-            self._special(msgs[idx], keys[idx], values[idx], hdrs[idx])
-            start = idx + 1
-        if start < n:
-            self._add(keys, values, start, n)
+        while start < n:
+            # Specials are found against the current epoch's header: when one raises the
+            # fence, the rest of the run is looked at again against the new one.
+            fence = self.fence
+            offset = start
+            for rel in self._specials(hdrs[offset:], keys[offset:]):
+                idx = offset + rel
+                if idx > start:
+                    self._add(keys, values, start, idx)
+                self._special(msgs[idx], keys[idx], values[idx], hdrs[idx])
+                start = idx + 1
+                if self.fence != fence:
+                    break
+            else:
+                if start < n:
+                    self._add(keys, values, start, n)
+                return
 
     def _specials(self, hdrs: list[Any], keys: list[bytes]) -> list[int]:
         """Positions of records that are not data of the current epoch (markers, begins,

@@ -1359,18 +1359,14 @@ def test_known_gap_fenced_record_supersedes_a_committed_value():
     _fenced_record_supersedes(bounded_like_the_harness=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: CommitSplitter.take computes the run's special records once, under "
-    "the fence the run started with; records of the old epoch after a fence raise in the same "
-    "run are taken as current data and the new epoch's next marker commits them. When fixed, "
-    "remove this marker (FENCES_WITHIN_A_RUN then enables the zombie property)",
-)
-def test_known_bug_a_fence_raised_inside_a_run_does_not_fence_the_rest_of_it():
+def test_a_fence_raised_inside_a_run_fences_the_rest_of_it():
+    """Found by this file: CommitSplitter.take found a run's special records once, under the
+    fence the run started with, so old-epoch records after a begin in the same run were
+    taken as current data."""
     records = zombie_after_a_fence_raise()
     one_by_one = splitter_commits([[r] for r in records], fence=1)
     assert one_by_one == [(11, {}), (14, {})]  # the zombie's record is fenced
-    assert splitter_commits([records], fence=1) == one_by_one  # not so in one run
+    assert splitter_commits([records], fence=1) == one_by_one  # also in one run
 
 
 @NEEDS_RUN_FENCING

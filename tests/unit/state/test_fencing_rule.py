@@ -112,6 +112,16 @@ def test_the_incident_interleaving_keeps_only_the_new_owners_commits(chunk: int)
     assert splitter.fence == 2 and not splitter.pending
 
 
+@pytest.mark.parametrize("chunk", [1, 4, 50])
+def test_a_read_resuming_at_the_old_epoch_fences_within_one_run(chunk: int) -> None:
+    # A copy checkpointed at epoch 1 reads on: the begin record raises the fence in the
+    # middle of a run, and the zombie's records after it in the same run are fenced too.
+    log = Log().marker(1, 0).begin(2).marker(2, 0).data(1, "a", "99").marker(1, 1).marker(2, 1)
+    state, markers, splitter = replay(log, fence=1, start=1, chunk=chunk)
+    assert state == {} and [m.epoch for m in markers] == [2, 2]
+    assert (splitter.fenced.records, splitter.fenced.markers) == (1, 1)
+
+
 def test_without_the_rule_the_zombie_wins() -> None:
     """What a reader ignoring epochs would restore from the same log: the check above can
     fail."""
