@@ -305,6 +305,7 @@ class StatekeeperApp:
         from statekeeper.spark.master import executor_python_conf, master_to_set
         from statekeeper.spark.session_env import (
             LOCAL_CHECKPOINT_CONF,
+            failover_conf,
             prepare_spark_env,
             quiet_spark_logs,
         )
@@ -331,6 +332,8 @@ class StatekeeperApp:
         )
         defaults = {
             **executor_python_conf(effective_master, os.environ["PYSPARK_PYTHON"]),
+            # A frozen host's tasks move in ~20 s, not 2-3 min (docs/runtime.md).
+            **failover_conf(effective_master),
             **env_conf,
             **LOCAL_CHECKPOINT_CONF,  # the checkpoint is always a local directory here
             "spark.app.name": f"statekeeper-{self.app_id}",

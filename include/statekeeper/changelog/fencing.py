@@ -146,6 +146,10 @@ class CommitSplitter:
         self.pending: dict[bytes, bytes | None] = {}
         self.pending_count = 0
         self.fenced = FenceCounts()
+        #: Keys of the fenced data records: their newest record in the log is a fenced one,
+        #: so the owner logs their committed value again (compaction must not keep a fenced
+        #: value as the key's last word).
+        self.fenced_keys: set[bytes] = set()
         self.bytes_read = 0  # keys and values
         #: Epochs that raised the fence during this read, and those whose begin record it saw.
         self.raised: list[int] = []
@@ -222,6 +226,7 @@ class CommitSplitter:
                 self.fenced.markers += 1
             elif kind == "data":
                 self.fenced.records += 1
+                self.fenced_keys.add(key)
             return
         if epoch > self.fence:
             self._raise(epoch)

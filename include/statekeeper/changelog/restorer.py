@@ -74,6 +74,7 @@ class RestoreOutcome:
     #: The partition's fence after the read (its newest epoch) and what fencing dropped.
     fence: int = 0
     fenced: FenceCounts = field(default_factory=FenceCounts)
+    fenced_keys: set[bytes] = field(default_factory=set)  # keys of fenced data records
 
     @property
     def records_per_s(self) -> float:
@@ -130,11 +131,17 @@ class ChangelogRestorer:
         return self._restore_from(job, StoreMetadata())
 
     def newest_epoch(
-        self, topic: str, partition: int, from_offset: int | None, fence: int
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int | None,
+        fence: int,
+        until: int | None = None,
     ) -> EpochCheck:
-        """Read ``topic[partition]`` from ``from_offset`` (None: the start) to its end,
-        applying nothing, and report the newest epoch found there (at least ``fence``) and
-        what fencing dropped: how a writer checks it was not superseded."""
+        """Read ``topic[partition]`` from ``from_offset`` (None: the start) to its end (or to
+        ``until``, exclusive), applying nothing, and report the newest epoch found there (at
+        least ``fence``) and what fencing dropped: how a writer checks it was not
+        superseded, and how a restore checks that a local commit was not a fenced one's."""
         where = f"{topic}[{partition}]"
         splitter = CommitSplitter(where, lambda *_: None, fence=fence)
         tp = (topic, partition)
@@ -142,7 +149,10 @@ class ChangelogRestorer:
         try:
             starts = {tp: OFFSET_BEGINNING if from_offset is None else from_offset}
             assign_at(consumer, starts)
-            reader = PartitionReader(consumer, starts, timeout_s=self.timeout_s, keyed=True)
+            ends = None if until is None else {tp: until}
+            reader = PartitionReader(
+                consumer, starts, ends=ends, timeout_s=self.timeout_s, keyed=True
+            )
             try:
                 for _, msgs, keys in reader:
                     splitter.take(msgs, keys)  # type: ignore[arg-type]
@@ -190,6 +200,20 @@ class ChangelogRestorer:
                     f"checkpointed offset {checkpoint} is outside changelog "
                     f"{job.topic}[{job.partition}] (offsets {low}..{high - 1})"
                 )
+            verified = meta.verified_offset
+            if checkpoint is not None and verified is not None and verified < checkpoint:
+                # The commit was written by this copy's own task: had a newer epoch begun
+                # between the last point it knew was its own and its marker, the commit was a
+                # fenced (frozen, resumed) writer's, and so is this copy (changelog.fencing).
+                seen = self.newest_epoch(
+                    job.topic, job.partition, max(verified, low), meta.epoch, until=checkpoint
+                )
+                if seen.fence > meta.epoch:
+                    raise InconsistentStateError(
+                        f"local state's commit at {job.topic}[{job.partition}] offset "
+                        f"{checkpoint} (epoch {meta.epoch}) was written after epoch "
+                        f"{seen.fence} had begun: a fenced writer's commit"
+                    )
             # A partial restore re-reads the checkpointed marker to verify it.
             starts = {tp: OFFSET_BEGINNING if checkpoint is None else checkpoint}
             assign_at(consumer, starts)
@@ -317,6 +341,7 @@ class ChangelogRestorer:
         outcome.tail = list(splitter.pending.items())
         outcome.fence = splitter.fence
         outcome.fenced = splitter.fenced
+        outcome.fenced_keys = splitter.fenced_keys
 
     @staticmethod
     def _verify_checkpoint(

@@ -120,6 +120,10 @@ class TaskStateManager:
         #: What fencing dropped in this task's changelogs, over every open and check.
         self.fenced = FenceCounts()
         self._owner_confirmed = 0.0  # wall clock: when this epoch was last known current
+        self._last_commit_wall = 0.0  # wall clock when the last commit's markers were acked
+        #: Per logged store: a changelog offset before which no newer epoch had begun when it
+        #: was last confirmed (StoreMetadata.verified_offset of the next commit).
+        self._verified: dict[str, int] = {}
 
     # -- open and restore ------------------------------------------------------------------
 
@@ -143,6 +147,11 @@ class TaskStateManager:
             if fencing:
                 self._check_not_superseded(max(o.fence for o in self.restore_outcomes))
                 self._owner_confirmed = time.time()
+                # The read to the end saw no newer epoch: everything up to the last marker
+                # it read is verified.
+                self._verified = {
+                    o.job.store.name: o.marker_offset or 0 for o in self.restore_outcomes
+                }
             if not self.read_only:
                 self._reconcile(self.restore_outcomes)
             for slot in self._slots.values():
@@ -249,10 +258,14 @@ class TaskStateManager:
                     lead.batch_id,  # type: ignore[union-attr]
                     len(outcome.tail),
                 )
-            elif outcome.tail:
+            elif outcome.tail or outcome.fenced_keys:
                 # An attempt crashed before its markers: revert its records in the changelog
-                # to the committed values, so a later full restore cannot pick them up.
-                revert = [(k, store.committed_value(k)) for k, _ in outcome.tail]
+                # to the committed values, so a later full restore cannot pick them up. Keys
+                # a fenced writer wrote are logged again too: compaction keeps a key's newest
+                # record, and that must not be the fenced one.
+                keys = dict.fromkeys([k for k, _ in outcome.tail])
+                keys.update(dict.fromkeys(sorted(outcome.fenced_keys)))
+                revert = [(k, store.committed_value(k)) for k in keys]
                 to_mark.append((outcome, [], revert))
                 log.info(
                     "task %s: store %s: reverting %d uncommitted changelog records",
@@ -314,8 +327,26 @@ class TaskStateManager:
         return fenced
 
     def confirm_owner(self, at: float) -> None:
-        """The driver placed this task here under its epoch at wall-clock time ``at``."""
+        """The driver placed this task here under its epoch at wall-clock time ``at``: no
+        newer epoch had begun then, so the markers written before are verified."""
+        if at > self._owner_confirmed and at > self._last_commit_wall:
+            self._verify_markers()
         self._owner_confirmed = max(self._owner_confirmed, at)
+
+    def _verify_markers(self) -> None:
+        for slot in self._slots.values():
+            if slot.topic is not None:
+                offset = slot.store.read_metadata().changelog_offset
+                if offset is not None:
+                    self._verified[slot.spec.name] = offset
+
+    def verified_offset(self, store: str) -> int | None:
+        """See :attr:`StoreMetadata.verified_offset` (None: the task runs unfenced)."""
+        return self._verified.get(store) if self.epoch else None
+
+    def note_committed(self) -> None:
+        """A commit's markers were acknowledged now (TaskTransaction)."""
+        self._last_commit_wall = time.time()
 
     def check_still_owner(self) -> None:
         """Before a commit writes markers: if this epoch was confirmed longer ago than
@@ -328,13 +359,16 @@ class TaskStateManager:
         for slot in self._slots.values():
             if slot.topic is None:
                 continue
-            meta = slot.store.read_metadata()
-            seen = self.restorer.newest_epoch(
-                slot.topic, self.partition, meta.changelog_offset, meta.epoch
-            )
+            # From the last point known to be ours: a commit this task made unchecked after
+            # a newer epoch began (it froze right after a confirmation) must not hide it.
+            start = self._verified.get(slot.spec.name)
+            if start is None:
+                start = slot.store.read_metadata().changelog_offset
+            seen = self.restorer.newest_epoch(slot.topic, self.partition, start, self.epoch)
             self.fenced += seen.fenced
             fence = max(fence, seen.fence)
         self._check_not_superseded(fence)
+        self._verify_markers()  # every marker before the read's start is ours and current
         self._owner_confirmed = started
 
     def _agreed_metadata(self) -> StoreMetadata:

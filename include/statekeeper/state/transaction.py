@@ -180,7 +180,13 @@ class TaskTransaction:
             if offset is not None:
                 self._marker_offsets[slot.spec.name] = offset
             slot.store.commit(
-                StoreMetadata(offset, self.batch_id, dict(self.source_offsets), task.epoch)
+                StoreMetadata(
+                    offset,
+                    self.batch_id,
+                    dict(self.source_offsets),
+                    task.epoch,
+                    task.verified_offset(slot.spec.name),
+                )
             )
         task.advance_committed(self.batch_id, self.source_offsets)
 
@@ -249,6 +255,8 @@ def commit_group(
             for transaction in transactions:  # a task frozen until now may be fenced
                 transaction.task.check_still_owner()
             marker_offsets = writer.write_markers(markers, timeout_s) if markers else {}
+            for transaction in transactions:
+                transaction.task.note_committed()
             _enter_all(transactions, TransactionState.MARKED)
             for transaction in transactions:
                 # Frozen while writing markers? Then the store must not take the batch.

@@ -30,6 +30,11 @@ class StoreMetadata:
     #: Epoch of the last commit marker applied (changelog.fencing): a later read of the
     #: changelog from ``changelog_offset`` starts fenced at it.
     epoch: int = 0
+    #: A changelog offset at or below ``changelog_offset`` before which no newer epoch had
+    #: begun when this commit was written: reading from it to the marker proves the commit
+    #: was not a fenced writer's (changelog.fencing). None: the commit was read from the
+    #: changelog itself (already fenced), or written before fencing existed.
+    verified_offset: int | None = None
 
 
 class KeyValueBytesStore(ABC):

@@ -34,6 +34,7 @@ _META_CHANGELOG_OFFSET = b"changelog_offset"
 _META_BATCH_ID = b"batch_id"
 _META_SOURCE_OFFSETS = b"source_offsets"
 _META_EPOCH = b"epoch"
+_META_VERIFIED = b"verified_offset"
 
 _first, _second = itemgetter(0), itemgetter(1)
 _cache_lock = threading.Lock()
@@ -263,12 +264,17 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
             handle,
         )
         batch.put(_META_EPOCH, str(metadata.epoch).encode(), handle)
+        if metadata.verified_offset is None:
+            batch.delete(_META_VERIFIED, handle)
+        else:
+            batch.put(_META_VERIFIED, str(metadata.verified_offset).encode(), handle)
 
     def _read_metadata_from_disk(self) -> None:
         offset = self._meta.get(_META_CHANGELOG_OFFSET)
         batch_id = self._meta.get(_META_BATCH_ID)
         sources = self._meta.get(_META_SOURCE_OFFSETS)
         epoch = self._meta.get(_META_EPOCH)
+        verified = self._meta.get(_META_VERIFIED)
         try:
             self._metadata = StoreMetadata(
                 changelog_offset=int(offset) if offset is not None else None,
@@ -277,6 +283,7 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
                 if sources
                 else {},
                 epoch=int(epoch) if epoch is not None else 0,
+                verified_offset=int(verified) if verified is not None else None,
             )
         except (ValueError, AttributeError) as exc:
             raise StoreCorruptError(

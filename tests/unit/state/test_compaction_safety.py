@@ -46,18 +46,18 @@ fed by the real ChangelogTail, and every restore's fenced counts must match the 
 batches the current owner chain committed. A later open may reuse a zombie's local copy.
 
 What the zombies found (each kept below as a regular example):
-5. A library bug: CommitSplitter.take sorts a whole run under the fence it started with, so
-   an older epoch's record after a fence raise in the same run is taken as current data and
-   the new epoch's next marker commits it (test_known_bug_*). Until it is fixed the zombie
-   property does not run (FENCES_WITHIN_A_RUN) and the examples it breaks are xfail.
-6. A zombie's local copy (checkpointed at a marker it wrote after the fence rose) is found
-   out only when a record of an epoch that began before that marker raises the fence after
-   it; otherwise an open or a check from it takes it as current (two strict xfails). The
-   property reuses only zombie copies the restorer can tell, and lets a zombie whose check
-   cannot tell commit (all fenced).
-7. A fenced record is the newest of its key, so Kafka's cleaner drops the committed value it
-   supersedes (strict xfail): the bounded cleaner here never keeps a fenced record as the
-   newest of its key.
+5. A library bug, fixed: CommitSplitter.take sorted a whole run under the fence it started
+   with, so an older epoch's record after a fence raise in the same run was taken as current
+   data and the new epoch's next marker committed it
+   (test_a_fence_raised_inside_a_run_fences_the_rest_of_it).
+6. A gap, closed: a zombie's local copy (checkpointed at a marker it wrote after the fence
+   rose) was found out only when a record of an epoch that began before that marker raised
+   the fence after it, and a checking zombie that had committed unchecked read only from
+   its own fenced marker. Commits now record a verified offset (StoreMetadata), which
+   restores and checks read from.
+7. A fenced record is the newest of its key, so Kafka's cleaner may drop the committed value
+   it supersedes before the owner's next open logs the key again (strict xfail): the
+   bounded cleaner here never keeps a fenced record as the newest of its key.
 """
 
 from __future__ import annotations
@@ -219,10 +219,17 @@ class Broker:
         def assign_at(consumer: Consumer, starts: dict[Any, int]) -> None:
             consumer.starts = dict(starts)
 
-        def reader(consumer: Consumer, starts: dict[Any, int], **_: Any) -> Iterator[PartitionRun]:
+        def reader(
+            consumer: Consumer, starts: dict[Any, int], ends: Any = None, **_: Any
+        ) -> Iterator[PartitionRun]:
             for tp, start in starts.items():
                 first = max(start, 0)  # OFFSET_BEGINNING is negative
-                records = [r for r in broker.logs[tp].records if r.offset >= first]
+                end = (ends or {}).get(tp)
+                records = [
+                    r
+                    for r in broker.logs[tp].records
+                    if r.offset >= first and (end is None or r.offset < end)
+                ]
                 for i in range(0, len(records), CHUNK):
                     run = records[i : i + CHUNK]
                     yield PartitionRun(tp, [Message(r) for r in run], [r.key for r in run])
@@ -477,8 +484,9 @@ class Harness:
     every open (and, when fencing, a standby copy) against the model.
 
     ``fencing``: every open raises the task epoch (else epoch 0, the unfenced protocol).
-    ``strict``: also expect fencing to catch what the library cannot tell yet (a zombie's
-    copy or epoch check whose newer epoch wrote nothing after the zombie's last commit).
+    ``strict`` (the default): expect fencing to catch every zombie copy and every checking
+    zombie; without it, only those a read from the zombie's last marker can tell (what the
+    library caught before commits recorded their verified offset).
     """
 
     def __init__(
@@ -487,7 +495,7 @@ class Harness:
         broker: Broker,
         bounded: bool,
         fencing: bool = False,
-        strict: bool = False,
+        strict: bool = True,
     ) -> None:
         self.root = root
         self.strict = strict
@@ -1267,15 +1275,11 @@ def test_an_open_from_a_zombies_copy_restores_fully():
     _zombie_copy(strict=False, owner_writes_after=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known gap: a zombie's copy whose superseding epoch wrote nothing after the "
-    "zombie's marker is restored from as if current (kv a=99 instead of a=1)",
-)
-def test_known_gap_a_zombies_copy_passes_when_no_newer_epoch_wrote_after_it():
+def test_a_zombies_copy_is_caught_when_no_newer_epoch_wrote_after_it():
     """After the zombie's marker M the log holds only epoch 3's own begin record (announced):
-    nothing tells the read from M that epoch 2 began before M."""
+    a read from M cannot tell that epoch 2 began before M; the commit's verified offset (the
+    last marker known current) lets the restore read from before M and find it. (A gap
+    until commits recorded it.)"""
     _zombie_copy(strict=True, owner_writes_after=False)
 
 
@@ -1299,13 +1303,9 @@ def test_a_checking_zombie_stops_before_its_markers():
             harness.close_all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # DID NOT RAISE StaleEpochError
-    reason="known gap: a zombie that already committed unchecked after the fence rose "
-    "checks from its own (fenced) marker on and finds no newer epoch there",
-)
-def test_known_gap_a_checking_zombie_misses_the_fence_behind_its_last_commit():
+def test_a_checking_zombie_sees_the_fence_behind_its_last_commit():
+    """A zombie that already committed unchecked after the fence rose checks from the last
+    offset it knew was its own, not from its (fenced) last marker. (A gap until then.)"""
     broker = Broker()
     with scratch_dir() as tmp, broker.patch():
         harness = Harness(Path(tmp), broker, bounded=True, fencing=True, strict=True)
@@ -1353,7 +1353,8 @@ def test_a_cleaner_that_keeps_fenced_keys_keeps_the_committed_value():
     strict=True,
     raises=AssertionError,
     reason="known gap: a zombie's fenced record is the newest of its key, so Kafka's cleaner "
-    "drops the committed value it supersedes (no open re-logs fenced keys)",
+    "may drop the committed value it supersedes before the owner's next open logs the "
+    "key again (min.compaction.lag.ms must cover it)",
 )
 def test_known_gap_fenced_record_supersedes_a_committed_value():
     _fenced_record_supersedes(bounded_like_the_harness=False)
