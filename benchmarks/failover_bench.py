@@ -15,6 +15,28 @@ Failover (twice in the same run, same data: ``num_standby_replicas`` 1, then 0):
   ``end_to_end_seconds``: the kill to the first micro-batch finished with the task on the
   survivor (``last_batch.finished_at``).
 
+Host frozen (``--scenarios frozen``; same load, same two cases, but the trickle's updates
+count: value ``b""``, where the kill cases' trickle sends null values, which the count drops,
+so their store does not change after the load): instead of the kill, every process of that
+worker's host is stopped with SIGSTOP (``LocalSparkCluster.freeze_worker``: worker JVM,
+executor JVM, pyspark daemon and Python workers keep their sockets and state but do not
+run), so the driver notices only through its timeouts. The app runs with the Spark confs it
+sets itself (``--failover-conf app``, the default) or with
+``statekeeper.spark.session_env.CLUSTER_FAILOVER_CONF`` put in its spec (``explicit``); the
+cluster with its ``spark.worker.timeout``. The freeze comes once the task's Python worker is
+in the middle of a batch (``--freeze-when busy``, the default; at most 20 s of waiting, as
+the cluster tests freeze) or at once (``any``, as the kill). Reported per case, in seconds
+from the freeze: ``executor_lost_seconds`` (the driver's log first says the executor is
+lost), ``moved_seconds`` (the status document places the task elsewhere) and
+``end_to_end_seconds`` (the first batch finished with the task on the survivor), plus the
+restore as above. Then the worker is thawed (always, also on errors) and ``after_thaw``
+records, each wait bounded by ``--recover-timeout-s``: when the worker was ALIVE at the
+master again, when the app had two executors again and finished a batch, what the task's
+frozen Python worker did after the thaw (CPU, how long it lived), the input drained after
+the trickle stopped, the status document's ``fencing`` counts, and ``store_check``: the
+store rebuilt from its changelog in a fresh directory compared with the counts the load and
+the trickle imply (the thawed "zombie" must not have changed it).
+
 Queries (a third app on the same cluster, ``query_port=0``, no standby): the store is loaded
 with ``--query-keys`` keys, then a backlog of ``--backlog`` updates to them is produced and the
 app processes it while windows of ``--window-s`` seconds alternate without and with a bounded
@@ -25,8 +47,13 @@ from the status document's processed-record counts and times at each window's ed
 in which the backlog ran out are left out). The headline query figures are the highest cap's;
 ``query_by_rate`` has each cap's.
 
-Prints one JSON object on stdout, progress on stderr. Usage:
-python benchmarks/failover_bench.py [--keys N] [--query-keys N] [--backlog N] ...
+``--scenarios`` (or env ``STATEKEEPER_BENCH_SCENARIOS``) picks what runs, comma-separated
+from ``killed``, ``frozen`` and ``queries`` (default: all three, in that order).
+
+Prints one JSON object on stdout, progress on stderr: ``scenarios.worker_killed`` (also
+under ``failover``, its key in earlier runs) and ``scenarios.host_frozen``, each with
+``with_standby`` and ``without_standby``; the headline figures at the top level. Usage:
+python benchmarks/failover_bench.py [--scenarios frozen] [--keys N] [--query-keys N] ...
 """
 
 from __future__ import annotations
@@ -37,6 +64,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -50,11 +78,21 @@ from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_apps (AppProcess)
 
+from frozen_host import (  # noqa: E402  (this script's folder is on sys.path)
+    LostExecutorWatch,
+    ZombieWatch,
+    executor_network_conf,
+    expected_counts,
+    verify_counts,
+    wait_busy,
+)
+
 from spark_apps.app_process import AppProcess  # noqa: E402
 from statekeeper.cluster.local_cluster import ClusterConfig, LocalSparkCluster  # noqa: E402
-from statekeeper.kafka.adapter import producer_config  # noqa: E402
+from statekeeper.kafka.adapter import consumer_config, producer_config  # noqa: E402
 from statekeeper.kafka.admin import ensure_topic, make_admin  # noqa: E402
 from statekeeper.kafka.embedded import EmbeddedBroker  # noqa: E402
+from statekeeper.kafka.offsets import log_end_offsets  # noqa: E402
 from statekeeper.query.client import QueryClient  # noqa: E402
 
 TOPOLOGY = Path(__file__).resolve().parent / "failover_topology.py"
@@ -88,11 +126,19 @@ def produce_keys(bootstrap: str, topic: str, indexes: range | list[int]) -> None
 
 
 class Trickle(threading.Thread):
-    """Updates to existing keys at a steady rate, so micro-batches keep running."""
+    """Updates to existing keys at a steady rate, so micro-batches keep running.
 
-    def __init__(self, bootstrap: str, topic: str, keys: int, rps: int) -> None:
+    With ``value`` None (the "worker killed" cases) the records have null values, which the
+    count drops (as Kafka Streams' aggregations do): batches run, the store does not change.
+    With a value (``b""``: the "host frozen" cases) each record counts, so the store, its
+    changelog and the standby's copy change all the time."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, keys: int, rps: int, value: bytes | None = None
+    ) -> None:
         super().__init__(daemon=True, name="trickle")
         self.bootstrap, self.topic, self.keys, self.rps = bootstrap, topic, keys, rps
+        self.value = value
         self.stop_event = threading.Event()
         self.produced = 0
 
@@ -102,26 +148,37 @@ class Trickle(threading.Thread):
         per_tick = max(1, self.rps // 4)
         while not self.stop_event.wait(0.25):
             for _ in range(per_tick):
-                producer.produce(self.topic, key=key_of(rng.randrange(self.keys)).encode())
+                key = key_of(rng.randrange(self.keys)).encode()
+                producer.produce(self.topic, key=key, value=self.value)
             self.produced += per_tick
             producer.poll(0)
         producer.flush()
 
 
-def write_spec(work: Path, app_id: str, topic: str) -> Path:
-    spec = {
+def write_spec(
+    work: Path, app_id: str, topic: str, spark_conf: dict[str, str] | None = None
+) -> Path:
+    spec: dict[str, Any] = {
         "application_id": app_id,
         "topology": f"{TOPOLOGY}:build_topology",
         "params": {"input_topic": topic},
         "settings": {},
     }
+    if spark_conf:
+        spec["spark"] = {"conf": dict(spark_conf)}
     path = work / f"{app_id}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
 
 
 def start_app(
-    work: Path, cluster: LocalSparkCluster, bootstrap: str, name: str, topic: str, **settings: Any
+    work: Path,
+    cluster: LocalSparkCluster,
+    bootstrap: str,
+    name: str,
+    topic: str,
+    spark_conf: dict[str, str] | None = None,
+    **settings: Any,
 ) -> AppProcess:
     app_dir = work / name
     app_dir.mkdir(parents=True)
@@ -137,7 +194,7 @@ def start_app(
         "lock_timeout_s": 60,
         **settings,
     }
-    spec = write_spec(app_dir, f"failover-bench-{name}", topic)
+    spec = write_spec(app_dir, f"failover-bench-{name}", topic, spark_conf)
     return AppProcess(spec, overrides, app_dir / "app.log", stop_when_idle=False).start()
 
 
@@ -182,11 +239,18 @@ def store_restore(status: dict[str, Any]) -> dict[str, Any]:
     return next((r for r in reports if r.get("store") == STORE), {})
 
 
-def failover(
-    work: Path, cluster: LocalSparkCluster, bootstrap: str, standbys: int, args: Any
-) -> dict[str, Any]:
-    """One failover case (see the module docstring)."""
-    name = f"standby{standbys}"
+def start_case(
+    work: Path,
+    cluster: LocalSparkCluster,
+    bootstrap: str,
+    name: str,
+    standbys: int,
+    args: Any,
+    spark_conf: dict[str, str] | None = None,
+    trickle_value: bytes | None = None,
+) -> tuple[AppProcess, Trickle]:
+    """A failover case's input topic loaded with ``--keys`` keys, its app started and its
+    trickle made (not started)."""
     topic = f"keys-{name}"
     ensure_topic(make_admin(bootstrap), topic, 1, {})
     log(f"[{name}] producing {args.keys:,} distinct keys")
@@ -197,22 +261,53 @@ def failover(
         bootstrap,
         name,
         topic,
+        spark_conf,
         num_standby_replicas=standbys,
         max_records_per_batch=args.batch_records,
     )
-    trickle = Trickle(bootstrap, topic, args.keys, args.trickle_rps)
+    return proc, Trickle(bootstrap, topic, args.keys, args.trickle_rps, trickle_value)
+
+
+def ready_for_fault(
+    proc: AppProcess, trickle: Trickle, name: str, standbys: int, args: Any
+) -> tuple[float, dict[str, Any]]:
+    """Wait until the keys are processed, start the trickle, wait for two executors (and the
+    standby's lag 0), let ``--settle-s`` pass; the load's seconds and the status then."""
+    started = time.monotonic()
+    wait_for(proc, f"[{name}] the {args.keys:,} keys processed", drained, 900)
+    load_s = time.monotonic() - started
+    trickle.start()
+    wait_for(proc, f"[{name}] two executors", lambda s: len(_executors(s)) >= 2, 120)
+    if standbys:
+        before = wait_for(proc, f"[{name}] the standby's lag 0", standby_current, 600)
+    else:
+        before = proc.wait_for(lambda s: _batches(s) >= 1, 60)
+    time.sleep(args.settle_s)
+    return load_s, proc.status() or before
+
+
+def moved_and_ran(status: dict[str, Any], victim_executor: str, since: float) -> bool:
+    """The task runs on another executor than ``victim_executor``, restored its store there,
+    and a micro-batch finished after ``since``."""
+    executor = active_executor(status)
+    finished = (status.get("last_batch") or {}).get("finished_at") or 0
+    task = (status.get("tasks") or {}).get(TASK) or {}
+    return (
+        executor not in (None, victim_executor)
+        and task.get("executor") == executor
+        and finished > since
+        and bool(store_restore(status))
+    )
+
+
+def failover(
+    work: Path, cluster: LocalSparkCluster, bootstrap: str, standbys: int, args: Any
+) -> dict[str, Any]:
+    """One failover case of the "worker killed" scenario (see the module docstring)."""
+    name = f"standby{standbys}"
+    proc, trickle = start_case(work, cluster, bootstrap, name, standbys, args)
     try:
-        started = time.monotonic()
-        wait_for(proc, f"[{name}] the {args.keys:,} keys processed", drained, 900)
-        load_s = time.monotonic() - started
-        trickle.start()
-        wait_for(proc, f"[{name}] two executors", lambda s: len(_executors(s)) >= 2, 120)
-        if standbys:
-            before = wait_for(proc, f"[{name}] the standby's lag 0", standby_current, 600)
-        else:
-            before = proc.wait_for(lambda s: _batches(s) >= 1, 60)
-        time.sleep(args.settle_s)
-        before = proc.status() or before
+        load_s, before = ready_for_fault(proc, trickle, name, standbys, args)
         victim_executor = active_executor(before)
         if victim_executor is None:
             raise RuntimeError(f"[{name}] no executor runs {TASK}: {before.get('placement')}")
@@ -221,19 +316,12 @@ def failover(
         log(f"[{name}] kill -9 worker {victim} (executor {victim_executor} runs {TASK})")
         killed_at = time.time()
         cluster.kill_worker(victim)
-
-        def moved_and_ran(status: dict[str, Any]) -> bool:
-            executor = active_executor(status)
-            finished = (status.get("last_batch") or {}).get("finished_at") or 0
-            task = (status.get("tasks") or {}).get(TASK) or {}
-            return (
-                executor not in (None, victim_executor)
-                and task.get("executor") == executor
-                and finished > killed_at
-                and bool(store_restore(status))
-            )
-
-        after = wait_for(proc, f"[{name}] the task moved and a batch finished", moved_and_ran, 600)
+        after = wait_for(
+            proc,
+            f"[{name}] the task moved and a batch finished",
+            lambda s: moved_and_ran(s, victim_executor, killed_at),
+            600,
+        )
         restore = store_restore(after)
         placement = after.get("placement") or {}
         result = {
@@ -263,6 +351,242 @@ def failover(
             if worker.index not in cluster.alive_worker_indexes() and not worker.alive():
                 log(f"restarting worker {worker.index}")
                 cluster.restart_worker(worker.index)
+
+
+def host_frozen(
+    work: Path,
+    cluster: LocalSparkCluster,
+    bootstrap: str,
+    standbys: int,
+    args: Any,
+    spark_conf: dict[str, str] | None,
+) -> dict[str, Any]:
+    """One case of the "host frozen" scenario: as :func:`failover`, but the worker running
+    the task is frozen (SIGSTOP of all its processes) instead of killed; from the freeze to
+    the first batch on the survivor, then the thaw and what the app does after it."""
+    name = f"frozen-standby{standbys}"
+    # Counted updates: the zombie, once thawed, has a store and a changelog tail to get wrong.
+    proc, trickle = start_case(work, cluster, bootstrap, name, standbys, args, spark_conf, b"")
+    victim: int | None = None
+    result: dict[str, Any] = {}
+    try:
+        load_s, before = ready_for_fault(proc, trickle, name, standbys, args)
+        victim_executor = active_executor(before)
+        if victim_executor is None:
+            raise RuntimeError(f"[{name}] no executor runs {TASK}: {before.get('placement')}")
+        victim = worker_running_task(cluster, before)
+        watch = LostExecutorWatch(proc.log_path, victim_executor)
+        result.update(
+            load_seconds=round(load_s, 1),
+            frozen_worker=victim,
+            from_executor=victim_executor,
+            standby_lag_at_freeze=standby_lag(before),
+            fencing_before_freeze=_fencing(before),
+            load_average_at_freeze=round(os.getloadavg()[0], 2),
+            trickle_updates_counted=trickle.value is not None,
+            # The library this case's app ran (others may commit while a bench runs).
+            code=code_version(),
+        )
+        task_pid = (before.get("tasks") or {}).get(TASK, {}).get("worker_pid")
+        if args.freeze_when == "busy" and task_pid:
+            # Mid-batch, as the cluster tests freeze: the thawed Python worker then resumes
+            # in the middle of the batch it ran, with its stale view of the task.
+            result["task_worker_cpu_before_freeze_s"] = wait_busy(int(task_pid))
+        result["froze_mid_batch"] = result.get("task_worker_cpu_before_freeze_s") is not None
+        log(f"[{name}] SIGSTOP worker {victim}'s host (executor {victim_executor} runs {TASK})")
+        frozen_at = time.time()
+        try:
+            result["frozen_pids"] = len(cluster.freeze_worker(victim))
+            result.update(_follow_freeze(proc, watch, victim_executor, frozen_at, name, args))
+        except Exception as exc:  # recorded: what the app did after the thaw still counts
+            result["error"] = f"{type(exc).__name__}: {exc}"
+            log(f"[{name}] ERROR while frozen: {result['error']}")
+        thawed_at = time.time()
+        # Its CPU time as the freeze left it, read before it can run again.
+        zombie = ZombieWatch(int(task_pid) if task_pid else None, thawed_at)
+        cluster.thaw_worker(victim)
+        result["frozen_seconds"] = round(thawed_at - frozen_at, 2)
+        log(f"[{name}] thawed worker {victim} after {result['frozen_seconds']} s")
+        worker = cluster.workers[victim]
+        result["executor_command_network_conf"] = executor_network_conf(worker.work_dir)
+        result["after_thaw"] = _after_thaw(
+            cluster, proc, trickle, bootstrap, victim, thawed_at, zombie, name, args
+        )
+        shown = {k: v for k, v in result.items() if not isinstance(v, dict)}
+        log(f"[{name}] {json.dumps(shown)}")
+        return result
+    finally:
+        # Never leave stopped processes behind, whatever failed above.
+        for index in cluster.frozen_workers():
+            log(f"thawing worker {index}")
+            cluster.thaw_worker(index)
+        trickle.stop_event.set()
+        proc.kill9()
+        if victim is not None:
+            _worker_back_or_restart(cluster, victim, args.recover_timeout_s)
+
+
+def _fencing(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The status document's fencing counts (docs/fencing.md), when it has them."""
+    fencing = status.get("fencing")
+    if not isinstance(fencing, dict):
+        return None
+    return {
+        k: fencing.get(k) for k in ("fenced_total", "by_kind", "by_task", "stale_results_dropped")
+    }
+
+
+def _follow_freeze(
+    proc: AppProcess,
+    watch: LostExecutorWatch,
+    victim_executor: str,
+    frozen_at: float,
+    name: str,
+    args: Any,
+) -> dict[str, Any]:
+    """Poll the status document and the app's log (bounded by ``--frozen-timeout-s``) until
+    the first batch finished with the task on another executor; seconds from the freeze to
+    each step."""
+    log(f"[{name}] waiting for the task to move and a batch to finish")
+    moved_at = None
+    deadline = time.monotonic() + args.frozen_timeout_s
+    while True:
+        watch.poll()
+        status = proc.status() or {}
+        if moved_at is None and active_executor(status) not in (None, victim_executor):
+            moved_at = time.time()
+        if moved_and_ran(status, victim_executor, frozen_at):
+            break
+        if proc.proc is not None and proc.proc.poll() is not None:
+            raise RuntimeError(f"app exited with {proc.proc.returncode}; see {proc.log_path}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"no batch on another executor within {args.frozen_timeout_s:.0f} s of the "
+                f"freeze; see {proc.log_path}"
+            )
+        time.sleep(0.1)
+    watch.poll()
+    restore = store_restore(status)
+    placement = status.get("placement") or {}
+
+    def since(t: float | None) -> float | None:
+        return round(t - frozen_at, 2) if t is not None else None
+
+    return {
+        "to_executor": active_executor(status),
+        "restore_seconds": restore.get("seconds"),
+        "restore_records": restore.get("records"),
+        "restore_source": restore.get("source"),
+        "restore_reason": restore.get("reason"),
+        # The driver's log first said the executor was lost (heartbeat timeout or master).
+        "executor_lost_seconds": since(watch.first_seen),
+        "executor_lost_lines": watch.lines,
+        # The status document first placed the task on another executor.
+        "moved_seconds": since(moved_at),
+        "end_to_end_seconds": round(status["last_batch"]["finished_at"] - frozen_at, 2),
+        "first_batch_after_freeze": status.get("last_batch"),
+        "task_seconds_after_freeze": ((status.get("tasks") or {}).get(TASK) or {}).get("seconds"),
+        "restores": placement.get("restores"),
+        "moves_by_reason": placement.get("moves_by_reason"),
+        "trickle_rps": args.trickle_rps,
+    }
+
+
+def _after_thaw(
+    cluster: LocalSparkCluster,
+    proc: AppProcess,
+    trickle: Trickle,
+    bootstrap: str,
+    victim: int,
+    thawed_at: float,
+    zombie: ZombieWatch,
+    name: str,
+    args: Any,
+) -> dict[str, Any]:
+    """After the thaw (each wait bounded by ``--recover-timeout-s``): the worker back at the
+    master, the app back on two executors and still running batches; then the trickle
+    stopped, the input drained, the status' fencing counts and the store checked."""
+    log(f"[{name}] after the thaw: waiting for the worker, two executors and a batch")
+    out: dict[str, Any] = {}
+    firsts: dict[str, float] = {}
+    deadline = time.monotonic() + args.recover_timeout_s
+    next_master_look = 0.0
+    while time.monotonic() < deadline and len(firsts) < 3:
+        zombie.poll()
+        now = time.time()
+        if "worker_alive_at_master" not in firsts and time.monotonic() >= next_master_look:
+            next_master_look = time.monotonic() + 0.5  # an HTTP call to the master
+            if victim in cluster.alive_worker_indexes():
+                firsts["worker_alive_at_master"] = now
+        status = proc.status() or {}
+        if "two_executors" not in firsts and len(_executors(status)) >= 2:
+            firsts["two_executors"] = now
+        finished = (status.get("last_batch") or {}).get("finished_at") or 0
+        if "batch_finished" not in firsts and finished > thawed_at:
+            firsts["batch_finished"] = now
+        if proc.proc is not None and proc.proc.poll() is not None:
+            out["app_exited_with"] = proc.proc.returncode
+            break
+        time.sleep(0.2)
+    zombie.poll()
+    # The task's Python worker of the frozen host, from the thaw on.
+    out["task_worker"] = zombie.report()
+    for what in ("worker_alive_at_master", "two_executors", "batch_finished"):
+        t = firsts.get(what)
+        out[f"{what}_seconds"] = round(t - thawed_at, 2) if t is not None else None
+    trickle_alive = trickle.is_alive()
+    trickle.stop_event.set()
+    trickle.join(30)
+    out["trickle_updates"] = trickle.produced
+    out["trickle_ran_to_the_end"] = trickle_alive and not trickle.is_alive()
+    if "app_exited_with" in out:
+        return out
+    try:
+        ends = log_end_offsets(
+            consumer_config(bootstrap, group_id="failover-bench-drain"), [(trickle.topic, 0)]
+        )
+        end = ends[(trickle.topic, 0)]
+        status = wait_for(
+            proc,
+            f"[{name}] the input drained to offset {end:,}",
+            lambda s: any(p["position"] >= end for p in s.get("source_partitions") or []),
+            args.recover_timeout_s,
+        )
+        out["drained_seconds"] = round(time.time() - thawed_at, 2)
+    except Exception as exc:  # recorded, not fatal: the JSON says what did not recover
+        out["drain_error"] = f"{type(exc).__name__}: {exc}"
+        status = proc.status() or {}
+    out["state"] = status.get("state")
+    out["executors"] = _executors(status)
+    out["active_executor"] = active_executor(status)
+    out["batches"] = _batches(status)
+    out["last_batch"] = status.get("last_batch")
+    out["fencing"] = _fencing(status)
+    if "drain_error" not in out and out["trickle_ran_to_the_end"]:
+        log(f"[{name}] checking the store against the input")
+        out["store_check"] = verify_counts(
+            proc.spec,
+            proc.overrides,
+            proc.log_path.parent / "rebuilt-state",
+            STORE,
+            expected_counts(args.keys, trickle.produced if trickle.value is not None else 0),
+            key_of,
+        )
+        log(f"[{name}] store check: {json.dumps(out['store_check'])}")
+    return out
+
+
+def _worker_back_or_restart(cluster: LocalSparkCluster, index: int, timeout_s: float) -> None:
+    """Wait (bounded) until the thawed worker is ALIVE at the master again; otherwise kill
+    and restart it, so the next case starts on two workers."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if index in cluster.alive_worker_indexes():
+            return
+        time.sleep(0.5)
+    log(f"worker {index} not ALIVE at the master {timeout_s:.0f} s after the thaw: restarting")
+    cluster.kill_worker(index)
+    cluster.restart_worker(index)
 
 
 def _executors(status: dict[str, Any]) -> list[str]:
@@ -496,6 +820,78 @@ def summarize_rate(rate: float, windows: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
+def code_version() -> dict[str, Any]:
+    """The checkout measured: its commit and the library files changed since (others may be
+    editing the working tree while a bench runs)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*argv: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", *argv], cwd=root, capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.rstrip("\n") if done.returncode == 0 else ""
+
+    changed = [
+        c[3:] for c in git("status", "--porcelain", "--", "include", "spark_apps").splitlines()
+    ]
+    return {"commit": git("rev-parse", "HEAD") or None, "uncommitted": [c for c in changed if c]}
+
+
+SCENARIOS = ("killed", "frozen", "queries")
+SCENARIO_ALIASES = {
+    "kill": "killed",
+    "worker_killed": "killed",
+    "failover": "killed",
+    "freeze": "frozen",
+    "host_frozen": "frozen",
+    "query": "queries",
+}
+
+
+def selected_scenarios(spec: str, skip: list[str]) -> list[str]:
+    """The scenarios to run, in their fixed order, from ``--scenarios`` and ``--skip``."""
+    chosen = set()
+    for name in (n.strip().lower() for n in spec.split(",") if n.strip()):
+        name = SCENARIO_ALIASES.get(name, name)
+        if name not in SCENARIOS:
+            raise SystemExit(f"unknown scenario {name!r}: pick from {', '.join(SCENARIOS)}")
+        chosen.add(name)
+    if "failover" in skip:
+        chosen -= {"killed", "frozen"}
+    if "queries" in skip:
+        chosen.discard("queries")
+    return [s for s in SCENARIOS if s in chosen]
+
+
+def frozen_scenario(
+    work: Path, cluster: LocalSparkCluster, bootstrap: str, config: ClusterConfig, args: Any
+) -> dict[str, Any]:
+    """The "host frozen" scenario: both cases and the timeouts they ran under."""
+    spark_conf: dict[str, str] | None = None
+    if args.failover_conf == "explicit":
+        from statekeeper.spark.session_env import CLUSTER_FAILOVER_CONF
+
+        spark_conf = dict(CLUSTER_FAILOVER_CONF)
+    with_s = host_frozen(work, cluster, bootstrap, 1, args, spark_conf)
+    without = host_frozen(work, cluster, bootstrap, 0, args, spark_conf)
+    return {
+        "with_standby": with_s,
+        "without_standby": without,
+        "failover_conf": args.failover_conf,
+        "freeze_when": args.freeze_when,
+        # What the bench put in the app's spec; the app adds its own defaults to it.
+        "spark_conf_in_spec": spark_conf or {},
+        "cluster_worker_timeout_s": config.worker_timeout_s,
+        "frozen_timeout_s": args.frozen_timeout_s,
+        "recover_timeout_s": args.recover_timeout_s,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=1_000_000)
@@ -511,10 +907,49 @@ def main() -> None:
     parser.add_argument(
         "--query-rps", default="100,500", help="rate caps (total gets/s), comma-separated"
     )
-    parser.add_argument("--skip", choices=["failover", "queries"], action="append", default=[])
+    parser.add_argument(
+        "--scenarios",
+        default=os.environ.get("STATEKEEPER_BENCH_SCENARIOS", ",".join(SCENARIOS)),
+        help="what runs, comma-separated: killed, frozen, queries "
+        "(env STATEKEEPER_BENCH_SCENARIOS; default all)",
+    )
+    parser.add_argument(
+        "--skip",
+        choices=["failover", "queries"],
+        action="append",
+        default=[],
+        help="failover: neither killed nor frozen",
+    )
+    parser.add_argument(
+        "--failover-conf",
+        choices=["app", "explicit"],
+        default="app",
+        help="frozen: the app's own Spark confs, or CLUSTER_FAILOVER_CONF put in its spec",
+    )
+    parser.add_argument(
+        "--freeze-when",
+        choices=["busy", "any"],
+        default="busy",
+        help="frozen: once the task's Python worker is mid-batch (at most 20 s), or at once",
+    )
+    parser.add_argument(
+        "--frozen-timeout-s",
+        type=float,
+        default=600.0,
+        help="frozen: longest wait for the first batch on the survivor",
+    )
+    parser.add_argument(
+        "--recover-timeout-s",
+        type=float,
+        default=240.0,
+        help="frozen: longest wait for each step after the thaw",
+    )
     parser.add_argument("--output", help="also write the JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
+    scenarios = selected_scenarios(args.scenarios, args.skip)
+    # A SIGTERM unwinds like Ctrl-C, so frozen workers are thawed and everything is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     import pyspark
 
@@ -529,6 +964,9 @@ def main() -> None:
             "load_average_start": round(os.getloadavg()[0], 2),
         },
         "keys": args.keys,
+        "code": code_version(),
+        "scenarios_run": scenarios,
+        "scenarios": {},
     }
     # Spark binds to loopback and runs Python workers with this interpreter (as make does).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -540,10 +978,11 @@ def main() -> None:
         config = ClusterConfig(work / "cluster", workers=2, memory_per_worker="1g")
         with EmbeddedBroker() as broker, LocalSparkCluster(config) as cluster:
             bootstrap = broker.bootstrap_servers
-            if "failover" not in args.skip:
+            if "killed" in scenarios:
                 with_s = failover(work, cluster, bootstrap, 1, args)
                 without = failover(work, cluster, bootstrap, 0, args)
                 result["failover"] = {"with_standby": with_s, "without_standby": without}
+                result["scenarios"]["worker_killed"] = result["failover"]
                 w, wo = with_s["restore_seconds"], without["restore_seconds"]
                 ratio = round(wo / w, 1) if w and wo else None
                 e2e = round(without["end_to_end_seconds"] / with_s["end_to_end_seconds"], 2)
@@ -558,7 +997,31 @@ def main() -> None:
                     with_standby_records_replayed=with_s["restore_records"],
                     without_standby_records_replayed=without["restore_records"],
                 )
-            if "queries" not in args.skip:
+            if "frozen" in scenarios:
+                result["scenarios"]["host_frozen"] = frozen = frozen_scenario(
+                    work, cluster, bootstrap, config, args
+                )
+                result.update(
+                    frozen_with_standby_end_to_end_seconds=frozen["with_standby"].get(
+                        "end_to_end_seconds"
+                    ),
+                    frozen_without_standby_end_to_end_seconds=frozen["without_standby"].get(
+                        "end_to_end_seconds"
+                    ),
+                    frozen_store_correct_after_thaw=all(
+                        ((frozen[c].get("after_thaw") or {}).get("store_check") or {}).get(
+                            "correct"
+                        )
+                        for c in ("with_standby", "without_standby")
+                    ),
+                    frozen_fenced_total_after_thaw=[
+                        ((frozen[c].get("after_thaw") or {}).get("fencing") or {}).get(
+                            "fenced_total"
+                        )
+                        for c in ("with_standby", "without_standby")
+                    ],
+                )
+            if "queries" in scenarios:
                 q = queries(work, cluster, bootstrap, args)
                 # The headline figures: the highest rate cap (the most reads).
                 top = max(q["by_rate"], key=lambda r: r["query_rps_cap"])
