@@ -221,6 +221,8 @@ def test_kill_worker_takes_down_its_executor_and_python_workers(
 def test_restart_worker_brings_it_back_with_the_same_dirs(
     spark_cluster: LocalSparkCluster, app_on_cluster: dict[str, Any]
 ) -> None:
+    if spark_cluster.workers[0].alive():  # the kill test did not run first (a -k selection)
+        spark_cluster.kill_worker(0)
     old = spark_cluster.workers[0]
     new = spark_cluster.restart_worker(0)
     assert new.pid != old.pid and new.alive()
