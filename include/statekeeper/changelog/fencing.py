@@ -7,7 +7,8 @@ log itself is the authority:
 
 - the partition's *fence* is the highest epoch seen so far in it (a begin record, a marker
   or a data record of a higher epoch raises it);
-- a record or marker of an epoch below the fence is **fenced**: ignored and counted;
+- a record or marker of an epoch below the fence (other than 0) is **fenced**: ignored and
+  counted;
 - a marker of the fence's epoch commits every record not fenced since the previous marker
   (records of an older epoch written *before* the fence rose are the uncommitted tail the
   new owner found at its open; it reverts or rolls them forward with records of its own
@@ -18,7 +19,9 @@ an older epoch writes after that point is fenced, whatever the interleaving. Beg
 have a key of their own per open (compaction never removes one) and markers a key per epoch
 (compaction keeps each epoch's last marker, so a zombie's marker can never compact away the
 new owner's). Records without an epoch header are epoch 0: logs written before fencing read
-exactly as they did.
+exactly as they did, and epoch 0 is never fenced: it is what operator tools write when they
+open a stopped app's task (``statekeeper restore``, a redeploy from a snapshot), which settle
+its tail as they always did.
 
 :class:`CommitSplitter` applies the rule to one partition's records in offset order; the
 restorer, the standby tail, drills, the snapshot installer's tail replay and the audit all
@@ -221,7 +224,7 @@ class CommitSplitter:
 
     def _special(self, msg: Any, key: bytes, value: bytes | None, headers: Any) -> None:
         kind, epoch = classify(key, headers)
-        if epoch < self.fence:
+        if 0 < epoch < self.fence:
             if kind == "marker":
                 self.fenced.markers += 1
             elif kind == "data":

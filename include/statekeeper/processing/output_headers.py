@@ -102,7 +102,7 @@ class EpochFence:
 
     def admits(self, task: bytes, epoch: int) -> bool:
         newest = self.newest.get(task, 0)
-        if epoch < newest:
+        if 0 < epoch < newest:  # epoch 0: written without fencing, never fenced
             self.fenced += 1
             return False
         if epoch > newest:

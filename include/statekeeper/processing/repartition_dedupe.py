@@ -57,7 +57,7 @@ class RepartitionDedupe:
                 task, pos = found[0], (found[1], found[2])
                 epoch = record_epoch(h)
             newest = epochs.get(task, 0)  # type: ignore[arg-type]
-            if epoch < newest:
+            if 0 < epoch < newest:  # epoch 0: written without fencing, never fenced
                 self.fenced += 1
                 continue
             if epoch > newest:

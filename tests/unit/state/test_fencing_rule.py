@@ -155,6 +155,20 @@ def test_unstamped_logs_read_as_before() -> None:
     assert state == {b"a": b"1"} and splitter.pending == {b"a": b"2"}
 
 
+def test_epoch_0_writers_are_never_fenced() -> None:
+    # An operator tool (statekeeper restore of a stopped app) settles a crashed epoch-2 tail
+    # with unstamped records and marker: they commit, as before fencing.
+    log = Log().begin(2).data(2, "a", "1").marker(2, 0).data(2, "a", "5")
+    log.msgs.append(Msg(len(log.msgs), b"a", b"1", None))
+    marker = CommitMarker(0, "0_0", "s", {"in:0": 1})
+    log.msgs.append(Msg(len(log.msgs), MARKER_KEY, marker.encode(), None))
+    state, markers, splitter = replay(log, chunk=2)
+    assert state == {"a": "1"} and markers[-1].epoch == 0 and not splitter.pending
+    assert splitter.fenced.total == 0 and splitter.fence == 2
+    fence = EpochFence()
+    assert [fence.admits(b"t", e) for e in (3, 0, 2)] == [True, True, False]
+
+
 def test_a_record_of_a_newer_epoch_raises_the_fence_without_a_begin() -> None:
     log = Log().data(3, "a", "1").data(2, "a", "9").marker(3, 0)
     state, _, splitter = replay(log, chunk=1)
