@@ -304,7 +304,11 @@ class TaskStateManager:
         offsets = self.writer.write_markers(markers, self.commit_timeout_s)
         for (outcome, apply, _), (topic, partition, marker) in zip(to_mark, markers, strict=True):
             meta = StoreMetadata(
-                offsets[(topic, partition)], marker.batch_id, marker.source_offsets, self.epoch
+                offsets[(topic, partition)],
+                marker.batch_id,
+                marker.source_offsets,
+                self.epoch,
+                self.verified_offset(outcome.job.store.name),
             )
             outcome.job.store.restore_batch(apply, meta)
             outcome.last_marker, outcome.marker_offset = marker, meta.changelog_offset
