@@ -351,7 +351,9 @@ while time.monotonic() < deadline:
 
 @contextlib.contextmanager
 def _fake_host(tmp_path: Path) -> Iterator[tuple[LocalSparkCluster, list[int]]]:
-    cluster = LocalSparkCluster(ClusterConfig(base_dir=tmp_path, workers=1, stop_timeout_s=5))
+    # A long SIGTERM wait: a stop that waited for stopped processes would take all of it, one
+    # that kills them takes a fraction of a second (no tight timing on a loaded machine).
+    cluster = LocalSparkCluster(ClusterConfig(base_dir=tmp_path, workers=1, stop_timeout_s=60))
     env = {**os.environ, CLUSTER_MARKER_ENV: str(cluster.worker_dir(0))}
     proc = subprocess.Popen(
         [sys.executable, "-c", FAKE_HOST], env=env, start_new_session=True, cwd=tmp_path
