@@ -33,7 +33,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import methodcaller, ne
 from typing import Any
 
@@ -172,9 +172,7 @@ class CommitSplitter:
             # Specials are found against the current epoch's header: when one raises the
             # fence, the rest of the run is looked at again against the new one.
             fence = self.fence
-            offset = start
-            for rel in self._specials(hdrs[offset:], keys[offset:]):
-                idx = offset + rel
+            for idx in self._specials(hdrs, keys, start):
                 if idx > start:
                     self._add(keys, values, start, idx)
                 self._special(msgs[idx], keys[idx], values[idx], hdrs[idx])
@@ -186,18 +184,23 @@ class CommitSplitter:
                     self._add(keys, values, start, n)
                 return
 
-    def _specials(self, hdrs: list[Any], keys: list[bytes]) -> list[int]:
-        """Positions of records that are not data of the current epoch (markers, begins,
-        other epochs), found at C speed: most chunks hold only a few."""
-        found = list(compress(range(len(hdrs)), map(ne, hdrs, repeat(self._current))))
+    def _specials(self, hdrs: list[Any], keys: list[bytes], start: int) -> list[int]:
+        """Positions from ``start`` on of records that are not data of the current epoch
+        (markers, begins, other epochs), found at C speed without copying the run: most
+        chunks hold only a few."""
+        found = list(
+            compress(
+                range(start, len(hdrs)), map(ne, islice(hdrs, start, None), repeat(self._current))
+            )
+        )
         if self._current is None:
             # Unstamped (epoch 0) markers look like data by their headers.
-            start = 0
+            at = start
             try:
                 while True:
-                    idx = keys.index(MARKER_KEY, start)
+                    idx = keys.index(MARKER_KEY, at)
                     found.append(idx)
-                    start = idx + 1
+                    at = idx + 1
             except ValueError:
                 pass
             if len(found) > 1:
