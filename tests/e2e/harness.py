@@ -91,10 +91,12 @@ class AppUnderTest:
             if before is not None:
                 before(run)
             proc = self.process(run).start()
-            # The first run always completes a batch, so every task has a directory to lose
-            # (three early kills in a row left none at 3 kills per app).
+            # The first run always completes two batches, so every task has a directory to
+            # lose: a repartitioned stage's tasks get their input a batch after the source
+            # stage (three early kills in a row left none at 3 kills per app; one batch
+            # then an early kill left none at 2).
             early = rng.random() < 0.5 and run > 0
-            batches = 0 if early else rng.randint(1, 3)
+            batches = 0 if early else rng.randint(2 if run == 0 else 1, 3)
             delay = rng.uniform(0.0, max_delay_s)
             try:
                 if early:

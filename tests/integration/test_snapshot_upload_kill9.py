@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -25,37 +27,35 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _upload_and_kill(broker, tmp_path: Path, app: str, url: str, options: dict) -> int:
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.snapshot_upload_child",
-            "--bootstrap",
-            broker.bootstrap_servers,
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--app",
-            app,
-            "--url",
-            url,
-            "--options",
-            json.dumps(options),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    stderr_path = tmp_path / "child.stderr"
+    with stderr_path.open("w") as stderr:
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.snapshot_upload_child",
+                "--bootstrap",
+                broker.bootstrap_servers,
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--app",
+                app,
+                "--url",
+                url,
+                "--options",
+                json.dumps(options),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     try:
-        deadline = time.monotonic() + 90
-        lines = []
-        while time.monotonic() < deadline:
-            line = child.stdout.readline()  # type: ignore[union-attr]
-            if not line:
-                break
-            lines.append(line.strip())
-            if line.strip() == "UPLOADING":
-                break
-        assert "UPLOADING" in lines, f"the child never reached its upload: {lines}"
+        lines = _lines_until(child, "UPLOADING", timeout_s=120)
+        assert "UPLOADING" in lines, (
+            f"the child never reached its upload: {lines}; stderr: "
+            f"{stderr_path.read_text()[-3000:]}"
+        )
         staged = json.loads(lines[0])
         assert [e["event"] for e in staged] == ["staged"]
         os.kill(child.pid, signal.SIGKILL)
@@ -65,6 +65,32 @@ def _upload_and_kill(broker, tmp_path: Path, app: str, url: str, options: dict) 
             child.kill()
             child.wait()
     return child.pid
+
+
+def _lines_until(child: subprocess.Popen, last: str, timeout_s: float) -> list[str]:
+    """The child's stdout lines up to ``last``, its end, or ``timeout_s`` (a child that hangs
+    must fail the test with what it printed, not block it): a thread reads, this waits."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in child.stdout:  # type: ignore[union-attr]
+            lines.put(line.strip())
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:
+            break
+        seen.append(line)
+        if line == last:
+            break
+    return seen
 
 
 @pytest.mark.parametrize("kind", ["file", "s3"])
