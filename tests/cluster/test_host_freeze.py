@@ -372,7 +372,24 @@ def _copies(
                 outcomes = state.open()
                 try:
                     if role == "active":
-                        assert all(o.restored_records == 0 for o in outcomes), (task, outcomes)
+                        assert all(o.restored_records == 0 for o in outcomes), (
+                            task,
+                            f"worker-{worker.index}",
+                            where,
+                            [
+                                {
+                                    "topic": o.job.topic,
+                                    "start": o.start_offset,
+                                    "marker": o.marker_offset,
+                                    "batch": o.last_marker and o.last_marker.batch_id,
+                                    "epoch": o.last_marker and o.last_marker.epoch,
+                                    "restored": o.restored_records,
+                                    "fence": o.fence,
+                                    "fenced": o.fenced,
+                                }
+                                for o in outcomes
+                            ],
+                        )
                     typed = state.store(store)
                     if isinstance(typed, WindowStore):
                         entries = {(k, start): v for k, start, v in typed.all()}
