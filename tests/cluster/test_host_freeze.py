@@ -372,23 +372,10 @@ def _copies(
                 outcomes = state.open()
                 try:
                     if role == "active":
-                        assert all(o.restored_records == 0 for o in outcomes), (
-                            task,
-                            f"worker-{worker.index}",
-                            where,
-                            [
-                                {
-                                    "topic": o.job.topic,
-                                    "start": o.start_offset,
-                                    "marker": o.marker_offset,
-                                    "batch": o.last_marker and o.last_marker.batch_id,
-                                    "epoch": o.last_marker and o.last_marker.epoch,
-                                    "restored": o.restored_records,
-                                    "fence": o.fence,
-                                    "fenced": o.fenced,
-                                }
-                                for o in outcomes
-                            ],
+                        behind = [o for o in outcomes if o.restored_records]
+                        assert not behind, (
+                            f"{task} active@worker-{worker.index} {where} needed changelog "
+                            f"records: {json.dumps([_outcome(app, o) for o in behind])}"
                         )
                     typed = state.store(store)
                     if isinstance(typed, WindowStore):
@@ -401,6 +388,32 @@ def _copies(
         finally:
             env.close()
     return found
+
+
+def _outcome(app: AppUnderTest, o: Any) -> dict[str, Any]:
+    """A restore outcome, with the changelog records it applied (offset, key, headers)."""
+    bootstrap = app.overrides["bootstrap_servers"]
+    end = (o.marker_offset or 0) + 1
+    records = read_topic(bootstrap, o.job.topic).get(o.job.partition, [])
+    return {
+        "topic": o.job.topic,
+        "partition": o.job.partition,
+        "start": o.start_offset,
+        "marker": o.marker_offset,
+        "batch": o.last_marker and o.last_marker.batch_id,
+        "epoch": o.last_marker and o.last_marker.epoch,
+        "restored": o.restored_records,
+        "fence": o.fence,
+        "records": [
+            [
+                r.offset,
+                (r.key or b"")[:40].decode(errors="replace"),
+                [(n, bytes(v or b"").decode(errors="replace")) for n, v in (r.headers or [])],
+            ]
+            for r in records
+            if o.start_offset - 3 <= r.offset < end
+        ],
+    }
 
 
 def _assert_copies_equal(
@@ -451,7 +464,7 @@ def _soft(problems: list[str], what: str) -> Iterator[None]:
         yield
     except AssertionError as exc:
         problems.append(f"[{what}] {exc}")
-        print(f"CHECK FAILED [{what}] {str(exc)[:3000]}")
+        print(f"CHECK FAILED [{what}] {str(exc)[:12000]}")
 
 
 def _check_fencing(

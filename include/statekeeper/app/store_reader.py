@@ -27,8 +27,10 @@ def read_store(
     settings: StatekeeperSettings, topology: Any, store: str, partitions: int
 ) -> dict[Any, Any]:
     """All entries of ``store`` across its tasks: ``{key: value}`` for key-value stores,
-    ``{(key, window_start): value}`` for window stores. Opens (and restores) each task."""
-    env = StateEnvironment(settings)
+    ``{(key, window_start): value}`` for window stores. Opens (and restores) each task
+    read-only: a read never writes to a changelog (no revert, no marker), so reading a
+    stopped app's state leaves its changelogs as they were."""
+    env = StateEnvironment(settings, read_only=True)
     merged: dict[Any, Any] = {}
     try:
         for task_id, sub, partition in _tasks_of(topology, store, partitions):
