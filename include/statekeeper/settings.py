@@ -157,6 +157,14 @@ class StatekeeperSettings(BaseSettings):
         "it writes commit markers: a process that was frozen stops there (docs/fencing.md). "
         "Keep it below the time Spark takes to give up on a frozen executor",
     )
+    fence_scan_interval_s: float = Field(
+        30.0,
+        gt=0,
+        description="At most this long between a task's reads of its changelogs' tails "
+        "before a commit: keys a fenced writer (a resumed zombie) wrote since the task opened "
+        "are logged again with the task's values, so compaction never keeps a fenced record "
+        "as a key's newest (docs/fencing.md)",
+    )
     query_host: str = Field("127.0.0.1", description="Bind address of each executor's query server")
     query_port: int | None = Field(
         None,

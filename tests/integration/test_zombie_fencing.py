@@ -399,3 +399,47 @@ def test_without_fencing_the_zombie_corrupts_state(incident: Incident, monkeypat
         assert contents(reader) == EXPECTED
     finally:
         reader.close()
+
+
+def _newest_per_key(records: list[Any]) -> dict[bytes, Any]:
+    """What a cleaner keeps of each data key: its newest record."""
+    newest: dict[bytes, Any] = {}
+    for record in records:
+        if classify(record.key, list(record.headers) or None)[0] == "data":
+            newest[record.key] = record
+    return newest
+
+
+@pytest.mark.parametrize("heal", [True, False], ids=["scan", "no-scan"])
+def test_the_owner_logs_again_what_the_zombie_wrote_after_it_opened(incident: Incident, heal):
+    """The zombie wrote after B opened, so B's open could not log those keys again. B's
+    next commit reads its changelogs' tails (``fence_scan_interval_s``), finds the fenced
+    keys and logs them again with its values before its markers: no key's newest record is
+    then a fenced one, and a cleaner keeping only the newest record per key keeps B's
+    values. Without the scan, a cleaner would keep the zombie's records: the check fails."""
+    inc = incident
+    assert inc.owner is not None
+    inc.owner.fence_scan_interval_s = 0.0 if heal else 1e9
+    commit(inc.owner, 5, {"kv": [("k3", 5)], "mem": []})
+    expected = model(BATCHES)
+    apply(expected, {"kv": [("k3", 5)], "mem": []})
+    assert contents(inc.owner) == expected
+    for store in STORES:
+        newest = _newest_per_key(inc.log(store))
+        fenced = {
+            k.decode(): classify(r.key, list(r.headers))[1]
+            for k, r in newest.items()
+            if classify(r.key, list(r.headers) or None)[1] == 1
+            and k.decode() in {key for key, _ in ZOMBIE[store]}
+        }
+        if heal:
+            assert fenced == {}, f"{store}: a fenced record is the newest of {fenced}"
+            # What a cleaner keeps is B's state.
+            kept = {
+                k.decode(): int.from_bytes(r.value, "big", signed=True)
+                for k, r in newest.items()
+                if r.value is not None
+            }
+            assert kept == expected[store], store
+        else:
+            assert fenced, f"{store}: the zombie's records should be the newest of their keys"

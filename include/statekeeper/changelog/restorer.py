@@ -91,6 +91,7 @@ class EpochCheck:
 
     fence: int
     fenced: FenceCounts
+    fenced_keys: frozenset[bytes] = frozenset()  # keys of the fenced data records
 
 
 class ChangelogRestorer:
@@ -160,7 +161,7 @@ class ChangelogRestorer:
                 raise BrokerUnavailableError(f"checking the epoch of {where}: {exc}") from exc
         finally:
             consumer.close()
-        return EpochCheck(splitter.fence, splitter.fenced)
+        return EpochCheck(splitter.fence, splitter.fenced, frozenset(splitter.fenced_keys))
 
     # -- one partition ---------------------------------------------------------------------
 

@@ -88,6 +88,7 @@ class StateEnvironment:
             read_only=self.read_only,
             epoch=0 if self.read_only else epoch,
             fence_check_after_s=s.fence_check_after_s,
+            fence_scan_interval_s=s.fence_scan_interval_s,
         )
 
     def close(self) -> None:

@@ -73,6 +73,7 @@ class TaskStateManager:
         read_only: bool = False,
         epoch: int = 0,
         fence_check_after_s: float = 10.0,
+        fence_scan_interval_s: float = 30.0,
     ) -> None:
         """``read_only``: restore to each store's last commit marker and never write to a
         changelog (no revert, no roll-forward, no commit), never rewrite the checkpoint file
@@ -117,6 +118,11 @@ class TaskStateManager:
         self.installs: dict[str, dict[str, Any]] = {}
         self.epoch = epoch
         self.fence_check_after_s = fence_check_after_s
+        self.fence_scan_interval_s = fence_scan_interval_s
+        self._last_scan = 0.0  # wall clock of the last read of the changelogs' tails
+        #: Per logged store: keys a fenced writer wrote after this copy's open, to log again
+        #: with this copy's values in the next commit (compaction keeps a key's newest record).
+        self._relog: dict[str, set[bytes]] = {}
         #: What fencing dropped in this task's changelogs, over every open and check.
         self.fenced = FenceCounts()
         self._owner_confirmed = 0.0  # wall clock: when this epoch was last known current
@@ -146,7 +152,7 @@ class TaskStateManager:
                 self.fenced += outcome.fenced
             if fencing:
                 self._check_not_superseded(max(o.fence for o in self.restore_outcomes))
-                self._owner_confirmed = time.time()
+                self._owner_confirmed = self._last_scan = time.time()
                 # The read to the end saw no newer epoch: everything up to the last marker
                 # it read is verified.
                 self._verified = {
@@ -353,12 +359,20 @@ class TaskStateManager:
         self._last_commit_wall = time.time()
 
     def check_still_owner(self) -> None:
-        """Before a commit writes markers: if this epoch was confirmed longer ago than
-        ``fence_check_after_s`` (a freeze, a long pause), read the changelogs from the last
-        commit on and raise :class:`StaleEpochError` when a newer epoch has begun there."""
-        if not self.epoch or time.time() - self._owner_confirmed <= self.fence_check_after_s:
+        """Before a commit writes markers: read the changelogs from the last verified commit
+        on when this epoch was confirmed longer ago than ``fence_check_after_s`` (a freeze,
+        a long pause) or ``fence_scan_interval_s`` passed since the last read, and raise
+        :class:`StaleEpochError` when a newer epoch has begun there. Keys a fenced writer
+        wrote there (a zombie that resumed after this copy opened) are kept for
+        :meth:`take_relog`."""
+        if not self.epoch:
             return
-        started = time.time()
+        now = time.time()
+        if (
+            now - self._owner_confirmed <= self.fence_check_after_s
+            and now - self._last_scan < self.fence_scan_interval_s
+        ):
+            return
         fence = 0
         for slot in self._slots.values():
             if slot.topic is None:
@@ -370,10 +384,25 @@ class TaskStateManager:
                 start = slot.store.read_metadata().changelog_offset
             seen = self.restorer.newest_epoch(slot.topic, self.partition, start, self.epoch)
             self.fenced += seen.fenced
+            if seen.fenced_keys:
+                self._relog.setdefault(slot.spec.name, set()).update(seen.fenced_keys)
             fence = max(fence, seen.fence)
         self._check_not_superseded(fence)
         self._verify_markers()  # every marker before the read's start is ours and current
-        self._owner_confirmed = started
+        self._owner_confirmed = self._last_scan = now
+
+    def take_relog(self) -> list[tuple[str, list[tuple[bytes, bytes | None]]]]:
+        """Per changelog topic, the keys fenced writers wrote since this copy opened, with
+        this copy's current values (the batch being committed included): logged again
+        before the commit's markers, so compaction cannot keep a fenced record as a key's
+        last word (docs/fencing.md)."""
+        relog, self._relog = self._relog, {}
+        out = []
+        for name, keys in sorted(relog.items()):
+            slot = self._slots[name]
+            if slot.topic is not None:
+                out.append((slot.topic, [(k, slot.store.committed_value(k)) for k in sorted(keys)]))
+        return out
 
     def _agreed_metadata(self) -> StoreMetadata:
         """The least advanced logged store's metadata (after reconcile they all agree)."""

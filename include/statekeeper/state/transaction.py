@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from statekeeper.changelog.records import CommitMarker
+from statekeeper.changelog.writer import PartitionSink
 from statekeeper.errors import StatekeeperError
 from statekeeper.stores.base import StoreMetadata
 
@@ -254,6 +255,8 @@ def commit_group(
             _enter_all(transactions, TransactionState.PRODUCED)
             for transaction in transactions:  # a task frozen until now may be fenced
                 transaction.task.check_still_owner()
+            if _relog(transactions, timeout_s):
+                writer.flush(timeout_s)
             marker_offsets = writer.write_markers(markers, timeout_s) if markers else {}
             for transaction in transactions:
                 transaction.task.note_committed()
@@ -275,6 +278,25 @@ def commit_group(
         # Only here do after-commit hooks run, and only for tasks whose commit completed.
         for transaction in committed:
             transaction._after_commit()
+
+
+def _relog(transactions: Sequence[TaskTransaction], timeout_s: float) -> bool:
+    """Log again, under each task's epoch, the keys a fenced writer wrote after the task
+    opened (:meth:`TaskStateManager.take_relog`); True if anything was sent."""
+    sent = False
+    for transaction in transactions:
+        task = transaction.task
+        for topic, records in task.take_relog():
+            PartitionSink(task.writer, topic, task.partition, task.epoch).send_all(records)
+            log.info(
+                "task %s: %d key(s) a fenced writer wrote to %s logged again with this "
+                "copy's values",
+                task.task_id,
+                len(records),
+                topic,
+            )
+            sent = True
+    return sent
 
 
 def _enter_all(transactions: Sequence[TaskTransaction], state: TransactionState) -> None:
