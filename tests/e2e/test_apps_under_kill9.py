@@ -35,6 +35,9 @@ PARTITIONS = 4
 #: Input lines of the word_count series: a few kills (``make test``) need less input to land
 #: in the middle of batches than a long series.
 WORD_COUNT_LINES = 15_000 if KILLS_PER_APP > 3 else 9_000
+#: Records per source per batch: each line makes ~10 repartitioned words, so at 1,000 the
+#: final run of a short series spent most of its time in ~90 small batches.
+WORD_COUNT_BATCH = 1_000 if KILLS_PER_APP > 3 else 3_000
 
 # Whole apps in child processes (the `e2e` tier, `make test-chaos`); each run takes ~20 s, so
 # the time limit grows with the number of kills.
@@ -89,7 +92,7 @@ def test_word_count_is_exact_after_random_kill9s(broker, tmp_path) -> None:
         {"input_topic": topic, "output_topic": out},
         # Batches capped well below a run's input and a short commit interval: kills land
         # on tasks holding uncommitted batches, which the next run replays.
-        max_records_per_batch=1_000,
+        max_records_per_batch=WORD_COUNT_BATCH,
         commit_interval_ms=2_000,
     )
     app.kill_at_random_moments(
