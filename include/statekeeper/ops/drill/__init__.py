@@ -13,13 +13,18 @@ d. data quality (:mod:`.quality`): a Great Expectations suite per store, with Da
 and with ``--spark`` (:mod:`.spark_check`) the shipped apps' PySpark SQL recomputations
 (``spark_apps/<app>/drill_model.py``) on the stores they map onto.
 
+A failed check names up to 20 keys with their restored, recomputed (or expected) and live
+values (:mod:`.contents`; the live store is read read-only where this machine has it).
+
 It writes ``record.json``, ``report.html`` (:mod:`.report_html`, with the RTO trend) and
-``data_docs/`` to the report directory (default ``<state_dir>/.drills/<app>/<drill id>``),
-and a row to ``<state_dir>/.drills/history.sqlite`` (:mod:`.history`); RPO figures come
-from :mod:`.rpo`.
+``data_docs/`` (offline: no remote assets, see :mod:`.quality`) to the report directory
+(default ``<state_dir>/.drills/<app>/<drill id>``), and a row to
+``<state_dir>/.drills/history.sqlite`` (:mod:`.history`). RPO figures come from :mod:`.rpo`:
+committed records behind the live head first, snapshot age second. A drill that cannot finish
+is recorded as ``error`` (record, history row and report) and its exception re-raised.
 """
 
-from statekeeper.ops.drill.drill import default_report_dir, run_drill
+from statekeeper.ops.drill.drill import default_report_dir, new_record, record_error, run_drill
 from statekeeper.ops.drill.history import DrillHistory, history_path
 from statekeeper.ops.drill.record import CheckResult, DrillRecord, StoreDrill
 
@@ -30,5 +35,7 @@ __all__ = [
     "StoreDrill",
     "default_report_dir",
     "history_path",
+    "new_record",
+    "record_error",
     "run_drill",
 ]

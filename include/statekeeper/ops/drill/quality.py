@@ -6,12 +6,23 @@ value decodes with the store's serdes, values non-negative where the value serde
 (``int``: the counts and sums of the shipped apps), and for window stores window end >
 window start and every window inside retention (start > observed stream time - retention).
 Great Expectations is imported here, lazily (3-11 s), and runs in an ephemeral context.
+
+Data Docs work offline (:func:`make_offline`): Great Expectations' pages load Bootstrap,
+jQuery, Vega and fonts from CDNs, and its index page fills its tables with those scripts. So
+after the run every page loses its remote stylesheets and images (the logo points at the
+copy under ``static/``) and all of its scripts, which need the libraries removed, and gets
+a small inline stylesheet; stylesheets lose remote imports and ``url()`` s; the index is
+replaced by a static one listing each store's validation result and expectation suite.
+Nothing in the Data Docs references an ``http(s)://`` asset.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +135,10 @@ def run_quality(stores: list[tuple[str, RestoredStore]], docs_dir: Path) -> Qual
         site_name=SITE,
         site_config={
             "class_name": "SiteBuilder",
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            "site_index_builder": {
+                "class_name": "DefaultSiteIndexBuilder",
+                "show_how_to_buttons": False,
+            },
             "store_backend": {
                 "class_name": "TupleFilesystemStoreBackend",
                 "base_directory": str(docs_dir),
@@ -174,4 +188,112 @@ def run_quality(stores: list[tuple[str, RestoredStore]], docs_dir: Path) -> Qual
         page = sorted((docs_dir / "validations" / name).rglob("*.html"))
         if page:
             pages[key] = str(page[-1])
-    return QualityRun(results, pages, str(docs_dir / "index.html"))
+    run = QualityRun(results, pages, str(docs_dir / "index.html"))
+    make_offline(docs_dir, run)
+    return run
+
+
+# --- offline Data Docs ----------------------------------------------------------------------
+
+#: A URL that leaves the machine: ``http://``, ``https://`` or protocol-relative ``//``.
+_REMOTE = r"""(?:https?:)?//"""
+_SCRIPT = re.compile(r"<script\b[^>]*>.*?</script\s*>", re.I | re.S)
+_LINK = re.compile(r"""<link\b[^>]*\bhref\s*=\s*["']?""" + _REMOTE + r"[^>]*>", re.I)
+_IMG = re.compile(r"""<img\b[^>]*\bsrc\s*=\s*["']?""" + _REMOTE + r"[^>]*>", re.I)
+_ALT = re.compile(r"""\balt\s*=\s*["']([^"']*)["']""", re.I)
+_SRC_ATTR = re.compile(
+    r"""\b(src|srcset|poster|data)\s*=\s*["']?""" + _REMOTE + r"""[^"'\s>]*["']?""", re.I
+)
+_CSS_IMPORT = re.compile(r"@import\s+(?:url\()?\s*[\"']?" + _REMOTE + r"[^;]*;", re.I)
+_CSS_URL = re.compile(r"url\(\s*[\"']?" + _REMOTE + r"[^)]*\)", re.I)
+_HEAD_END = re.compile(r"</head\s*>", re.I)
+#: Enough style for readable pages without Bootstrap and without the icon font (the status
+#: icons become characters).
+OFFLINE_STYLE = (
+    "<style>body{font-family:system-ui,sans-serif;margin:1em 2em;color:#222}"
+    "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+    "text-align:left;vertical-align:top}img{max-height:50px}.navbar{height:auto!important}"
+    ".pass,.text-success{color:#17692b}.fail,.text-danger{color:#b3261e}"
+    ".fa-check-circle::before{content:'\\2714'}.fa-times::before{content:'\\2718'}"
+    ".fa-exclamation-triangle::before{content:'\\26A0'}"
+    ".fa-question-circle::before{content:'?'}</style>"
+)
+
+
+def strip_remote_assets(html: str, logo: str | None = None) -> str:
+    """``html`` without remote stylesheets, scripts (every script: the inline ones need the
+    remote libraries), images (an image alt-texted "Great Expectations" becomes ``logo``, a
+    local path, when given) or CSS imports and ``url()`` s, with :data:`OFFLINE_STYLE` in its
+    head. Plain links (``<a href>``) stay: they load nothing."""
+
+    def image(match: re.Match[str]) -> str:
+        alt = _ALT.search(match.group(0))
+        text = alt.group(1) if alt else ""
+        if logo and text == "Great Expectations":
+            return f'<img src="{escape(logo)}" alt="{escape(text)}">'
+        return escape(text)
+
+    html = _SCRIPT.sub("", html)
+    html = _LINK.sub("", html)
+    html = _IMG.sub(image, html)
+    html = strip_remote_css(_SRC_ATTR.sub("", html))
+    if OFFLINE_STYLE in html:  # stripped before (a report directory used again)
+        return html
+    html, found = _HEAD_END.subn(lambda _: OFFLINE_STYLE + "</head>", html, count=1)
+    return html if found else OFFLINE_STYLE + html
+
+
+def strip_remote_css(css: str) -> str:
+    """``css`` (a stylesheet, or a page's inline styles) without imports or ``url()`` s of
+    another host (``url()`` becomes ``none``)."""
+    return _CSS_URL.sub("none", _CSS_IMPORT.sub("", css))
+
+
+def _relative(target: Path, page: Path) -> str:
+    return Path(os.path.relpath(target, page.parent)).as_posix()
+
+
+def make_offline(docs_dir: Path, run: QualityRun) -> None:
+    """Make the Data Docs under ``docs_dir`` work offline (see the module docstring)."""
+    logo = docs_dir / "static" / "images" / "logo-long.png"
+    for page in docs_dir.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        local = _relative(logo, page) if logo.is_file() else None
+        page.write_text(strip_remote_assets(html, local), encoding="utf-8")
+    for sheet in docs_dir.rglob("*.css"):  # copied by the site builder, linked or not
+        css = sheet.read_text(encoding="utf-8")
+        sheet.write_text(strip_remote_css(css), encoding="utf-8")
+    index = docs_dir / "index.html"
+    index.write_text(offline_index(docs_dir, run), encoding="utf-8")
+
+
+def offline_index(docs_dir: Path, run: QualityRun) -> str:
+    """A static index of the Data Docs: per store its result and links to its validation
+    page and expectation suite (relative, so the directory can be moved or served)."""
+    rows = []
+    for (task, store), result in sorted(run.results.items()):
+        name = f"{task}-{store}"
+        page = run.pages.get((task, store))
+        suite = docs_dir / "expectations" / f"{name}.html"
+        validation = (
+            f'<a href="{escape(_relative(Path(page), docs_dir / "index.html"))}">result</a>'
+            if page
+            else "-"
+        )
+        expectations = (
+            f'<a href="{escape(_relative(suite, docs_dir / "index.html"))}">suite</a>'
+            if suite.is_file()
+            else "-"
+        )
+        rows.append(
+            f"<tr><td><code>{escape(task)}</code></td><td>{escape(store)}</td>"
+            f'<td class="{escape(result.status)}">{escape(result.status.upper())}</td>'
+            f"<td>{escape(result.detail)}</td><td>{validation}</td><td>{expectations}</td></tr>"
+        )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>Data Docs: restored stores"
+        f"</title>{OFFLINE_STYLE}</head><body><h1>Data quality of the restored stores</h1>"
+        "<p>One Great Expectations suite per restored store, validated on its entries.</p>"
+        "<table><tr><th>Task</th><th>Store</th><th>Result</th><th>Detail</th>"
+        "<th>Validation</th><th>Expectations</th></tr>" + "".join(rows) + "</table></body></html>"
+    )

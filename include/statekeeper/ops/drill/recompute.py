@@ -9,7 +9,9 @@ changelog, no producer: a read-only task environment). Records go through
 :class:`~statekeeper.processing.stream_task.StreamTask` record at a time (``vectorize=False``,
 so the result does not depend on how the app cut its micro-batches), and outputs are
 counted and dropped. This checks the recovery machinery (snapshot, changelog, restore), not
-the business logic: both sides run the same processors.
+the business logic: both sides run the same processors. A store that differs shows up to 20
+keys with their restored, recomputed and live values (the live store read-only, where this
+machine has a copy of it).
 
 Limits: the internal task-state store (stream time, punctuation schedules, dedupe positions)
 is not compared (it records batch boundaries); a topology whose wall-clock punctuations
@@ -28,8 +30,14 @@ from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.model import OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_start_offsets
 from statekeeper.kafka.range_reader import read_ranges
-from statekeeper.ops.drill.contents import Contents, diff_contents, show_key, store_contents
-from statekeeper.ops.drill.record import FAIL, PASS, SKIPPED, CheckResult
+from statekeeper.ops.drill.contents import (
+    Contents,
+    diff_contents,
+    diff_result,
+    live_values,
+    store_contents,
+)
+from statekeeper.ops.drill.record import SKIPPED, CheckResult
 from statekeeper.ops.drill.sandbox import RestoredTask
 from statekeeper.processing.stream_task import StreamTask
 from statekeeper.processing.task_state_store import STORE_PREFIX
@@ -151,13 +159,12 @@ def check_truth(
             continue
         diff = diff_contents(recomputed[name], store.contents)
         what = f"the recomputation from {read} input record(s)"
-        if diff.equal:
-            results[name] = CheckResult(PASS, f"{len(store.contents)} keys equal to {what}")
-        else:
-            results[name] = CheckResult(
-                FAIL,
-                diff.describe(what, "the restored copy"),
-                [show_key(store.spec, k) for k in diff.examples],
-                diff.counts(),
-            )
+        results[name] = diff_result(
+            store.spec,
+            diff,
+            what,
+            expected_as="recomputed",
+            passed=f"{len(store.contents)} keys equal to {what}",
+            live=live_values(settings, task.task_id, store.spec, diff.examples),
+        )
     return results

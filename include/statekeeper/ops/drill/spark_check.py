@@ -13,7 +13,8 @@ task the inputs are bounded where the task's state stopped:
   subtopology emits in input order), and only the keys the repartition topic routes to this
   task's partition are expected.
 
-The expected contents are encoded with the store's serdes and compared key by key.
+The expected contents are encoded with the store's serdes and compared key by key; a store
+that differs shows up to 20 keys with their restored, recomputed and live values.
 pyspark is imported here, lazily.
 """
 
@@ -29,8 +30,8 @@ from statekeeper.kafka.model import KafkaRecord, OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets
 from statekeeper.kafka.partitioning import partition_for_key
 from statekeeper.kafka.range_reader import read_ranges
-from statekeeper.ops.drill.contents import Contents, diff_contents, show_key
-from statekeeper.ops.drill.record import FAIL, PASS, SKIPPED, CheckResult
+from statekeeper.ops.drill.contents import Contents, diff_contents, diff_result, live_values
+from statekeeper.ops.drill.record import SKIPPED, CheckResult
 from statekeeper.ops.drill.sandbox import RestoredTask
 from statekeeper.processing.output_headers import SOURCE
 from statekeeper.settings import StatekeeperSettings
@@ -204,15 +205,13 @@ def check_with_spark(
                         f" ({len(bounds.uncertain)} key(s) of a partly processed input record "
                         "not compared)"
                     )
-                results[(task.task_id, model.store)] = (
-                    CheckResult(PASS, f"{len(expected)} keys equal to {what}")
-                    if diff.equal
-                    else CheckResult(
-                        FAIL,
-                        diff.describe(what, "the restored copy"),
-                        [show_key(store.spec, k) for k in diff.examples],
-                        diff.counts(),
-                    )
+                results[(task.task_id, model.store)] = diff_result(
+                    store.spec,
+                    diff,
+                    what,
+                    expected_as="recomputed",
+                    passed=f"{len(expected)} keys equal to {what}",
+                    live=live_values(settings, task.task_id, store.spec, diff.examples),
                 )
     finally:
         if made_here:
