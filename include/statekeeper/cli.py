@@ -600,12 +600,17 @@ def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         _cmd_snapshot_create,
     )
     listing = _subcommand(
-        sub, "list", "complete snapshots (those with a manifest)", _cmd_snapshot_list
+        sub,
+        "list",
+        "complete snapshots (those with a manifest) and unreadable manifests (exit code 1 "
+        "when one is listed)",
+        _cmd_snapshot_list,
     )
     verify = _subcommand(
         sub,
         "verify",
-        "re-hash every file of every snapshot (exit code 1 on a bad one)",
+        "re-hash every file of every snapshot (exit code 1 on a bad one or an unreadable "
+        "manifest); --repair re-uploads damaged files from local copies",
         _cmd_snapshot_verify,
     )
     prune = _subcommand(
@@ -626,6 +631,22 @@ def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         parser.add_argument("--task", action="append", help="only this task (repeatable)")
         parser.add_argument("--store", action="append", help="only this store (repeatable)")
     create.add_argument("--state-dir", help="state root (default: the spec's settings)")
+    verify.add_argument(
+        "--repair",
+        action="store_true",
+        help="upload again every missing or damaged shared file a local copy has (any file "
+        "under the state root, or --local DIR, with the same SHA-256); lists the rest as "
+        "unrepairable",
+    )
+    verify.add_argument(
+        "--state-dir", help="--repair: the state root to search (default: the spec's settings)"
+    )
+    verify.add_argument(
+        "--local",
+        action="append",
+        metavar="DIR",
+        help="--repair: another folder to search for copies (repeatable)",
+    )
     create.add_argument(
         "--timeout-s",
         type=float,
@@ -669,11 +690,17 @@ def _snapshot_storage(settings: Any, create: bool = False) -> Any:
 
 
 def _snapshot_filter(args: argparse.Namespace, manifests: list[Any]) -> list[Any]:
+    """Manifests (or unreadable manifests: their task and store come from their path) of
+    the ``--task`` and ``--store`` asked for."""
     return [
         m
         for m in manifests
         if (not args.task or m.task in args.task) and (not args.store or m.store in args.store)
     ]
+
+
+def _unreadable_lines(unreadable: list[Any]) -> list[str]:
+    return [f"  UNREADABLE {u.path} ({u.kind}): {u.reason}" for u in unreadable]
 
 
 def _cmd_snapshot_create(args: argparse.Namespace) -> int:
@@ -735,11 +762,13 @@ def _snapshot_running(args: argparse.Namespace, settings: Any, status_url: str) 
 
 
 def _cmd_snapshot_list(args: argparse.Namespace) -> int:
-    from statekeeper.snapshots import list_snapshots
+    from statekeeper.snapshots import read_catalog
 
     settings, _ = _snapshot_target(args)
     storage = _snapshot_storage(settings)
-    manifests = _snapshot_filter(args, list_snapshots(storage))
+    catalog = read_catalog(storage)
+    manifests = _snapshot_filter(args, catalog.manifests)
+    unreadable = _snapshot_filter(args, catalog.unreadable)
     rows = [
         {
             "snapshot_id": m.snapshot_id,
@@ -756,31 +785,62 @@ def _cmd_snapshot_list(args: argparse.Namespace) -> int:
     ]
     lines = [f"{settings.application_id}: {len(rows)} snapshot(s) in {storage.url}"]
     lines += [f"  {r['snapshot_id']}  {r['key_count']} keys  {r['bytes']} bytes" for r in rows]
-    _emit(args, {"application_id": settings.application_id, "snapshots": rows}, "\n".join(lines))
-    return EXIT_OK
+    lines += _unreadable_lines(unreadable)
+    payload = {
+        "application_id": settings.application_id,
+        "snapshots": rows,
+        "unreadable": [u.as_dict() for u in unreadable],
+    }
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK if not unreadable else 1
 
 
 def _cmd_snapshot_verify(args: argparse.Namespace) -> int:
-    from statekeeper.snapshots import list_snapshots, verify_snapshot
+    from statekeeper.snapshots import read_catalog, repair_snapshots, verify_snapshot
+    from statekeeper.snapshots.repair import default_roots
 
     settings, _ = _snapshot_target(args)
     storage = _snapshot_storage(settings)
-    results = [verify_snapshot(storage, m) for m in _snapshot_filter(args, list_snapshots(storage))]
+    catalog = read_catalog(storage)
+    unreadable = _snapshot_filter(args, catalog.unreadable)
+    results = [verify_snapshot(storage, m) for m in _snapshot_filter(args, catalog.manifests)]
+    repair = None
+    if args.repair:
+        roots = default_roots(settings) + [Path(p) for p in args.local or []]
+        repair = repair_snapshots(storage, results, roots)
+        results = repair.results
     bad = [r for r in results if not r.ok]
     lines = [
         f"{settings.application_id}: {len(results) - len(bad)} of {len(results)} "
         "snapshot(s) verified"
+        + (f", {len(unreadable)} unreadable manifest(s)" if unreadable else "")
     ]
+    if repair is not None:
+        lines += [
+            f"  REPAIRED {f['name']} ({f['sha256'][:12]}) from {f['source']}"
+            for f in repair.repaired
+        ]
+        lines += [
+            f"  UNREPAIRABLE {f['name']} ({f['sha256'][:12]}): {f['reason']}; needed by "
+            + ", ".join(f["snapshots"])
+            for f in repair.unrepairable
+        ]
     for r in bad:
         problems = ", ".join(f"{b['name']} ({b['problem']})" for b in r.bad)
         lines.append(f"  BAD {r.manifest.snapshot_id}: {problems}")
+    lines += _unreadable_lines(unreadable)
+    ok = not bad and not unreadable
     payload = {
         "application_id": settings.application_id,
-        "ok": not bad,
+        "ok": ok,
         "snapshots": [r.as_dict() for r in results],
+        "unreadable": [u.as_dict() for u in unreadable],
+        "repair": None
+        if repair is None
+        else {"repaired": repair.repaired, "unrepairable": repair.unrepairable},
     }
     _emit(args, payload, "\n".join(lines))
-    return EXIT_OK if not bad else 1
+    return EXIT_OK if ok else 1
 
 
 def _cmd_snapshot_prune(args: argparse.Namespace) -> int:
@@ -806,6 +866,16 @@ def _cmd_snapshot_prune(args: argparse.Namespace) -> int:
         f"{len(report.deleted_snapshots)} snapshot(s), {len(report.deleted_shared)} shared "
         f"file(s), {len(report.deleted_leftovers)} leftover(s)"
         + (f"; failed verify: {report.unverified}" if report.unverified else "")
+        + (
+            f"; {len(report.unreadable)} unreadable manifest(s) kept, their files too"
+            if report.unreadable
+            else ""
+        )
+        + (
+            f"; no shared file deleted: {report.shared_kept_because}"
+            if report.shared_kept_because
+            else ""
+        )
     )
     _emit(args, {"application_id": settings.application_id, **report.as_dict()}, text)
     return EXIT_OK

@@ -170,11 +170,14 @@ def test_restore_to_a_directory_while_the_app_holds_its_tasks(admin, broker, tmp
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "error"),
-    [("app", "other-app", "belongs to app 'other-app'"), ("format_version", 99, "newer")],
+    ("field", "value", "kind", "error"),
+    [
+        ("app", "other-app", "foreign-app", "belongs to app 'other-app'"),
+        ("format_version", 99, "newer-format", "newer"),
+    ],
 )
-def test_restore_refuses_foreign_or_newer_snapshots(
-    broker, tmp_path, topic_name, field, value, error
+def test_restore_skips_foreign_or_newer_manifests_saying_why(
+    broker, tmp_path, topic_name, field, value, kind, error
 ):
     env = _env(broker, tmp_path, topic_name)
     storage = SnapshotStorage((tmp_path / "snaps").as_uri(), topic_name)
@@ -187,9 +190,17 @@ def test_restore_refuses_foreign_or_newer_snapshots(
         raw = json.loads(path.read_text())
         raw[field] = value
         path.write_text(json.dumps(raw))
+        # Never installed; with no other snapshot the store is replayed in full.
+        [report] = restore_task(env, storage, "0_0", SPECS, stores=["kv"])
+        assert report.source == "full replay" and report.snapshot_id is None
+        [fallback] = report.fallbacks
+        assert fallback["snapshot_id"] == manifest.snapshot_id
+        assert fallback["reason"].startswith(f"unreadable manifest ({kind})")
+        assert error in fallback["reason"]
+        assert _live_state(env) == live
+        # Named explicitly, it is refused before anything is touched.
         with pytest.raises(SnapshotError, match=error):
-            restore_task(env, storage, "0_0", SPECS)
-        assert _live_state(env) == live  # refused before touching local state
+            restore_task(env, storage, "0_0", SPECS, from_snapshot=manifest.snapshot_id)
     finally:
         env.close()
 

@@ -2,7 +2,8 @@
 
 A restarted app has uploaded nothing yet, but its tasks' newest snapshots are in the storage
 from earlier runs: their age (``statekeeper_snapshot_age_seconds``) is known from the first
-scrape on, so an alert on old snapshots does not go blind across restarts.
+scrape on, so an alert on old snapshots does not go blind across restarts. An unreadable
+manifest is skipped (and logged): it hides no other task's snapshots.
 """
 
 from __future__ import annotations
@@ -17,14 +18,21 @@ def newest_stored_snapshots(settings: Any) -> dict[str, dict[str, Any]]:
     """Per task: ``created_at_s`` (epoch seconds) and ``snapshot_id`` of the oldest of its
     stores' newest snapshots (what a restore of the task would start from, at the latest).
     Empty when the app has no snapshot storage yet or it cannot be read (logged)."""
-    from statekeeper.snapshots import list_snapshots
+    from statekeeper.snapshots import read_catalog
     from statekeeper.snapshots.storage import storage_for
 
     try:
-        manifests = list_snapshots(storage_for(settings, create=False))
+        catalog = read_catalog(storage_for(settings, create=False))
     except Exception as exc:  # no storage yet, or unreadable: the age stays unknown
         log.info("no stored snapshots read for %s: %s", settings.application_id, exc)
         return {}
+    if catalog.unreadable:
+        log.warning(
+            "%s: %d unreadable snapshot manifest(s) skipped (see `statekeeper snapshot list`)",
+            settings.application_id,
+            len(catalog.unreadable),
+        )
+    manifests = catalog.manifests
     newest: dict[tuple[str, str], Any] = {}
     for manifest in manifests:  # oldest first: the last one per store wins
         newest[(manifest.task, manifest.store)] = manifest

@@ -22,7 +22,7 @@ from typing import Any
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.snapshots.create import SnapshotResult, snapshot_task
 from statekeeper.snapshots.manifest import SnapshotError
-from statekeeper.snapshots.storage import SnapshotStorage
+from statekeeper.snapshots.storage import SharedFiles, SnapshotStorage
 from statekeeper.state.environment import StateEnvironment
 
 _TASK_DIR = re.compile(r"^(\d+)_(\d+)$")
@@ -67,6 +67,7 @@ def snapshot_app(
     staging = staging_dir or Path(settings.state_dir) / ".snapshot-staging"
     env = StateEnvironment(settings)
     results: list[SnapshotResult] = []
+    shared = SharedFiles(storage)  # each shared file checked once for the whole run
     try:
         for task_id, sub, partition in found:
             specs = topology.store_specs(sub)
@@ -74,7 +75,7 @@ def snapshot_app(
             if not names:
                 continue
             with env.task(task_id, partition, specs) as task:
-                results.extend(snapshot_task(task, storage, staging, stores=names))
+                results.extend(snapshot_task(task, storage, staging, stores=names, shared=shared))
     finally:
         env.close()
     return results

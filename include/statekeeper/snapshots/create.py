@@ -7,6 +7,12 @@ Two phases, so the first can run inside an after-commit hook
   an in-memory dump); its duration is the processing pause, reported per store.
 * :func:`upload_staged` — hashes the files (unless staging did), uploads those ``shared/``
   lacks (in parallel), writes the manifest last and removes the local staging directory.
+
+Self-healing: before a new snapshot references a file an earlier snapshot already shares,
+the file is confirmed present in the storage with the right size (one stat or HEAD per file
+and snapshot run, :class:`~statekeeper.snapshots.storage.SharedFiles`); a missing one is
+uploaded again from the task's local checkpoint, so the earlier snapshots that reference it
+verify again too. ``files_healed`` in the result counts those.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from statekeeper.snapshots.manifest import (
     utc_now,
 )
 from statekeeper.snapshots.staging import StagedStore, describe_staged, stage_store
-from statekeeper.snapshots.storage import SnapshotStorage
+from statekeeper.snapshots.storage import SharedFiles, SnapshotStorage
 from statekeeper.state.transaction import CommittedBatch
 
 UPLOAD_THREADS = 4
@@ -62,6 +68,9 @@ class SnapshotResult:
     files_uploaded: int
     pause_ms: float
     upload_seconds: float
+    #: Files the previous snapshot of the store already referenced that were missing from
+    #: the storage (or of the wrong size) and were uploaded again.
+    files_healed: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +84,7 @@ class SnapshotResult:
             "bytes_total": self.bytes_total,
             "bytes_uploaded": self.bytes_uploaded,
             "files_uploaded": self.files_uploaded,
+            "files_healed": self.files_healed,
             "pause_ms": round(self.pause_ms, 3),
             "upload_seconds": round(self.upload_seconds, 3),
         }
@@ -163,9 +173,15 @@ def describe_snapshot(staged: StagedSnapshot) -> StagedSnapshot:
 
 
 def upload_staged(
-    staged: StagedSnapshot, storage: SnapshotStorage, *, keep_staging: bool = False
+    staged: StagedSnapshot,
+    storage: SnapshotStorage,
+    *,
+    keep_staging: bool = False,
+    shared: SharedFiles | None = None,
 ) -> SnapshotResult:
-    """Upload the files ``shared/`` lacks, then write the manifest (last)."""
+    """Upload the files ``shared/`` lacks (or holds with the wrong size), then write the
+    manifest (last). ``shared``: the snapshot run's confirmed files, so stores and tasks
+    snapshotted together check each shared file once."""
     if staged.manifest.app != storage.app:
         raise SnapshotError(
             f"snapshot of app {staged.manifest.app!r} cannot go to app {storage.app!r}'s storage"
@@ -174,11 +190,18 @@ def upload_staged(
     staged = describe_snapshot(staged)
     files = staged.manifest.files
     directory = staged.staged.directory
+    shared = shared if shared is not None else SharedFiles(storage)
+    parent = latest_manifest(storage, staged.manifest.task, staged.manifest.store)
+    known = {f.sha256 for f in parent.files} if parent is not None else set()
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         uploaded = list(
-            pool.map(lambda f: storage.upload_shared(directory / f.name, f.sha256), files)
+            pool.map(
+                lambda f: shared.ensure(
+                    directory / f.name, f.sha256, f.size, known=f.sha256 in known
+                ),
+                files,
+            )
         )
-    parent = latest_manifest(storage, staged.manifest.task, staged.manifest.store)
     manifest = dataclasses.replace(
         staged.manifest, parent=parent.snapshot_id if parent is not None else None
     )
@@ -191,6 +214,9 @@ def upload_staged(
         bytes_total=sum(f.size for f in files),
         bytes_uploaded=sum(f.size for f, up in zip(files, uploaded, strict=True) if up),
         files_uploaded=sum(uploaded),
+        files_healed=sum(
+            1 for f, up in zip(files, uploaded, strict=True) if up and f.sha256 in known
+        ),
         pause_ms=staged.staged.pause_s * 1000,
         upload_seconds=time.perf_counter() - started,
     )
@@ -202,11 +228,15 @@ def snapshot_task(
     staging_dir: Path,
     committed: CommittedBatch | None = None,
     stores: list[str] | None = None,
+    *,
+    shared: SharedFiles | None = None,
 ) -> list[SnapshotResult]:
-    """Stage and upload every store (or ``stores``) of an open task, one after the other."""
+    """Stage and upload every store (or ``stores``) of an open task, one after the other
+    (``shared``: see :func:`upload_staged`; by default one per call)."""
     staged = stage_task(task, staging_dir, committed, stores)
+    shared = shared if shared is not None else SharedFiles(storage)
     try:
-        return [upload_staged(s, storage) for s in staged]
+        return [upload_staged(s, storage, shared=shared) for s in staged]
     finally:
         for s in staged:
             shutil.rmtree(s.staged.directory, ignore_errors=True)

@@ -4,9 +4,13 @@ The shared step of every snapshot restore: ``statekeeper restore`` (a stopped ap
 (into a sandbox) and a running app's worker when a task's local state is missing
 (invariant 4). Candidates are tried newest first: every file is downloaded into a temporary
 directory next to the store while its SHA-256 and size are checked, and only a fully
-verified copy replaces the store directory. A snapshot that fails (a missing or damaged
-file, another app's or another partition's changelog) is skipped for the previous one, each
-fallback reported with its reason; with none left the store is wiped for a full replay.
+verified copy replaces the store directory. A snapshot that fails (an unreadable manifest,
+a missing or damaged file, another app's or another partition's changelog) is skipped for
+the previous one, each fallback reported with its reason; with none left the store is wiped
+for a full replay. Empty files are written, not downloaded (see
+:mod:`statekeeper.snapshots.manifest`). The running app's installer (:func:`installer_for`)
+also falls back to a full replay when the snapshot storage itself fails, saying so: a
+restore never stops a task from opening.
 
 A RocksDB checkpoint carries the store's metadata (the commit marker's changelog offset,
 source offsets, batch id) in the same write as the data (invariant 3), so opening the task
@@ -27,7 +31,7 @@ from typing import Any
 
 from statekeeper.changelog.records import changelog_topic
 from statekeeper.settings import StatekeeperSettings
-from statekeeper.snapshots.catalog import list_snapshots
+from statekeeper.snapshots.catalog import UnreadableManifest, read_catalog
 from statekeeper.snapshots.manifest import Manifest, SnapshotError
 from statekeeper.snapshots.staging import LAYOUT_ROCKSDB
 from statekeeper.snapshots.storage import SnapshotStorage
@@ -71,9 +75,16 @@ class _Rejected(Exception):
 
 def _candidates(
     storage: SnapshotStorage, task: str, store: str, from_snapshot: str
-) -> list[Manifest]:
-    """Snapshots to try, best first: all (``latest``) or the named one and those before it."""
-    found = list_snapshots(storage, task, store)[::-1]
+) -> list[Manifest | UnreadableManifest]:
+    """Snapshots to try, best first: all (``latest``) or the named one and those before it.
+    Unreadable manifests stand where their ids sort, so a fallback past one is reported."""
+    catalog = read_catalog(storage, task, store)
+    found: list[Manifest | UnreadableManifest] = list(catalog.manifests[::-1])
+    for bad in sorted(catalog.unreadable, key=lambda u: u.snapshot_id):
+        # Snapshot ids begin with their creation time: an unreadable one goes before the
+        # first (newest first) snapshot whose id is older.
+        at = next((i for i, m in enumerate(found) if m.snapshot_id < bad.snapshot_id), len(found))
+        found.insert(at, bad)
     if from_snapshot == LATEST:
         return found
     ids = [m.snapshot_id for m in found]
@@ -82,6 +93,9 @@ def _candidates(
             f"no snapshot {from_snapshot!r} of task {task} store {store} of app "
             f"{storage.app!r} in {storage.url} (see `statekeeper snapshot list`)"
         )
+    named = found[ids.index(from_snapshot)]
+    if isinstance(named, UnreadableManifest):
+        raise RestoreError(f"snapshot {from_snapshot!r} is unreadable: {named.reason}")
     return found[ids.index(from_snapshot) :]
 
 
@@ -98,6 +112,9 @@ def _download(
     target.mkdir(parents=True)
     done = 0
     for entry in manifest.files:
+        if not entry.stored:  # an empty file: nothing to download
+            (target / entry.name).touch()
+            continue
         digest, size = hashlib.sha256(), 0
         try:
             with storage.open_shared(entry.sha256) as src, open(target / entry.name, "wb") as dst:
@@ -152,7 +169,7 @@ def install_store(
         # Downloads of an earlier restore that died before moving them into place.
         for leftover in path.parent.glob(f".restore-{store}-*"):
             shutil.rmtree(leftover, ignore_errors=True)
-    candidates: list[Manifest] = []
+    candidates: list[Manifest | UnreadableManifest] = []
     if from_snapshot == NONE or storage is None:
         report.note = "full changelog replay requested"
     else:
@@ -160,6 +177,14 @@ def install_store(
         if not candidates:
             report.note = f"no snapshot of task {task_id} store {store}"
     for manifest in candidates:
+        if isinstance(manifest, UnreadableManifest):
+            report.fallbacks.append(
+                {
+                    "snapshot_id": manifest.snapshot_id,
+                    "reason": f"unreadable manifest ({manifest.kind}): {manifest.reason}",
+                }
+            )
+            continue
         temp = path.parent / f".restore-{store}-{uuid.uuid4().hex}"
         try:
             _check_belongs(manifest, settings.application_id, partition)
@@ -187,20 +212,54 @@ def install_store(
 
 def installer_for(
     settings: StatekeeperSettings,
-    storage: SnapshotStorage,
+    storage: SnapshotStorage | Callable[[], SnapshotStorage],
     task_id: str,
     partition: int,
     progress: Progress | None = None,
+    *,
+    replay_on_storage_error: bool = False,
 ) -> Callable[[Any, Path], StoreRestore]:
     """A :data:`statekeeper.state.task_state_manager.StoreInstaller` for one task: the newest
-    verified snapshot of a store whose local copy is missing (the caller holds the lock)."""
+    verified snapshot of a store whose local copy is missing (the caller holds the lock).
+
+    ``storage`` may be a function returning it (opened at the first install).
+    ``replay_on_storage_error`` (the running app): a storage that cannot be opened, listed or
+    read leaves the store to a full changelog replay, the error in the report's note,
+    instead of failing the task's open."""
 
     def install(spec: Any, path: Path) -> StoreRestore:
         expected = TaskDirectory(settings.state_dir, settings.application_id, task_id)
         if expected.store_path(spec.name) != path:
             raise RestoreError(f"store {spec.name} of task {task_id} is not at {path}")
-        return install_store(
-            settings, storage, task_id, partition, spec.name, LATEST, progress=progress
-        )
+        try:
+            opened = storage if isinstance(storage, SnapshotStorage) else storage()
+            return install_store(
+                settings, opened, task_id, partition, spec.name, LATEST, progress=progress
+            )
+        except Exception as exc:
+            if not replay_on_storage_error:
+                raise
+            shutil.rmtree(path, ignore_errors=True)  # whatever a failed install left
+            return StoreRestore(
+                task_id,
+                spec.name,
+                source="full replay",
+                note=f"snapshot storage failed ({type(exc).__name__}: {exc}); full changelog "
+                "replay",
+            )
 
     return install
+
+
+def describe_install(report: StoreRestore) -> str:
+    """One line for restore listeners and logs: where the store's state comes from and
+    which snapshots were skipped, with their reasons."""
+    if report.source == "snapshot":
+        text = f"installed snapshot {report.snapshot_id}; replaying the changelog tail"
+    else:
+        note = report.note or "no snapshot installed"
+        text = note if "full changelog replay" in note else f"{note}; full changelog replay"
+    if report.fallbacks:
+        skipped = "; ".join(f"{f['snapshot_id']}: {f['reason']}" for f in report.fallbacks)
+        text += f" (skipped {len(report.fallbacks)}: {skipped})"
+    return text

@@ -21,10 +21,16 @@ Format (``format_version`` 1)::
 ``layout`` says how to read the files: ``rocksdb-checkpoint`` (a RocksDB Checkpoint
 directory, file names relative to it) or ``kv-dump`` (one ``data.kvdump`` file, see
 :mod:`statekeeper.snapshots.staging`).
+
+Empty files (RocksDB's fresh write-ahead logs, often identical across every snapshot of an
+app) are listed like any other but never read back: verify and restores recreate them from
+the entry (size 0, :data:`EMPTY_SHA256`), so losing their shared object harms nothing. The
+object is still uploaded, for older statekeeper versions that read it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -34,9 +40,23 @@ from statekeeper.errors import StatekeeperError
 
 FORMAT_VERSION = 1
 
+#: SHA-256 of zero bytes: the content address of every empty file.
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
 
 class SnapshotError(StatekeeperError):
     """A snapshot cannot be taken, read or stored; the message names the snapshot or path."""
+
+
+class UnreadableManifestError(SnapshotError):
+    """One manifest cannot be used; ``kind`` says why: ``invalid`` (not JSON, truncated,
+    missing or unknown fields), ``newer-format``, ``foreign-app`` (another app's manifest in
+    this app's folder), ``misplaced`` (its task, store or id disagree with its path) or
+    ``io-error`` (the storage failed to read it)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -46,6 +66,11 @@ class SnapshotFile:
     name: str
     sha256: str
     size: int
+
+    @property
+    def stored(self) -> bool:
+        """Whether reading this file needs its shared object (every non-empty file)."""
+        return self.size > 0 or self.sha256 != EMPTY_SHA256
 
 
 @dataclass(frozen=True)
@@ -87,26 +112,32 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str, where: str = "manifest") -> Manifest:
-        """Parse a manifest; a newer format or a malformed document is a SnapshotError."""
+        """Parse a manifest; a newer format or a malformed document is an
+        :class:`UnreadableManifestError` (a :class:`SnapshotError`)."""
         try:
             raw = json.loads(text)
         except ValueError as exc:
-            raise SnapshotError(f"{where} is not valid JSON: {exc}") from exc
+            raise UnreadableManifestError(
+                f"{where} is not valid JSON (truncated?): {exc}", "invalid"
+            ) from exc
         if not isinstance(raw, dict):
-            raise SnapshotError(f"{where}: expected a JSON object")
+            raise UnreadableManifestError(f"{where}: expected a JSON object", "invalid")
         version = raw.get("format_version")
         if not isinstance(version, int):
-            raise SnapshotError(f"{where}: no format_version")
+            raise UnreadableManifestError(f"{where}: no format_version", "invalid")
         if version > FORMAT_VERSION:
-            raise SnapshotError(
+            raise UnreadableManifestError(
                 f"{where} has snapshot format version {version}, newer than this statekeeper "
-                f"reads ({FORMAT_VERSION}); upgrade statekeeper to read it"
+                f"reads ({FORMAT_VERSION}); upgrade statekeeper to read it",
+                "newer-format",
             )
         try:
             files = [SnapshotFile(**f) for f in raw.pop("files")]
             return cls(files=files, **raw)
-        except (KeyError, TypeError) as exc:
-            raise SnapshotError(f"{where} is missing or has unknown fields: {exc}") from exc
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise UnreadableManifestError(
+                f"{where} is missing or has unknown fields: {exc}", "invalid"
+            ) from exc
 
 
 def new_snapshot_id(task: str, store: str, batch_id: int | None, now: datetime) -> str:

@@ -12,20 +12,25 @@ On ``file://`` a file is written to ``staging/`` and then renamed into ``shared/
 completes, so files go to ``shared/`` directly. ``file://`` (the default) and ``s3://``
 (s3fs; credentials from the environment, endpoint from ``snapshot_s3_endpoint``) are
 supported.
+
+A shared file is checked (one stat or HEAD: present, right size) before a new snapshot
+references it, and uploaded again from the new snapshot's local copy when it is missing or
+has the wrong size (:class:`SharedFiles`), so a lost shared file heals at the next snapshot
+of any store that still has it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import fsspec
 
-from statekeeper.snapshots.manifest import Manifest, SnapshotError
+from statekeeper.snapshots.manifest import Manifest, SnapshotError, UnreadableManifestError
 
 
 def snapshot_url_for(settings: Any) -> str:
@@ -89,7 +94,7 @@ class SnapshotStorage:
                 raise SnapshotError(
                     f"snapshot storage {self.url!r}: cannot read bucket {bucket!r}: {exc}"
                 ) from exc
-        if not create and not self.fs.exists(f"{self.base}/manifests"):
+        if not create and not self.fs.exists(self.base):
             raise SnapshotError(
                 f"no snapshots of app {self.app!r} in {self.url!r} (unknown app, or wrong "
                 "snapshot URL?)"
@@ -112,16 +117,38 @@ class SnapshotStorage:
     def has_shared(self, sha256: str) -> bool:
         return bool(self.fs.exists(self.shared_path(sha256)))
 
-    def upload_shared(self, local: Path, sha256: str) -> bool:
-        """Upload ``local`` as ``shared/<sha256>`` unless it is there; returns whether it
-        uploaded."""
+    def shared_size(self, sha256: str) -> int | None:
+        """The size of ``shared/<sha256>``, or None when it is missing (one stat or HEAD)."""
+        try:
+            info = self.fs.info(self.shared_path(sha256))
+        except FileNotFoundError:
+            return None
+        if info.get("type") == "directory":
+            return None
+        size = info.get("size")
+        return int(size) if size is not None else None
+
+    def upload_shared(
+        self, local: Path, sha256: str, *, size: int | None = None, replace: bool = False
+    ) -> bool:
+        """Upload ``local`` as ``shared/<sha256>`` unless it is there (with ``size``, when
+        given, as its size); ``replace`` uploads it anyway (a repair of a damaged copy).
+        Returns whether it uploaded."""
+        if not replace:
+            present = self.shared_size(sha256)
+            if present is not None and (size is None or present == size):
+                return False
+        self.put_shared(local, sha256)
+        return True
+
+    def put_shared(self, local: Path, sha256: str) -> None:
+        """Write ``local`` as ``shared/<sha256>``, replacing what is there; readers never see
+        a partial file (file://: staged, then renamed; S3: a PUT appears when complete)."""
         target = self.shared_path(sha256)
-        if self.fs.exists(target):
-            return False
         if not self.local:
             # An S3 object (multipart included) appears only once complete: no temp copy.
             self.fs.put_file(str(local), target)
-            return True
+            return
         upload_dir = f"{self.staging_root}/{uuid.uuid4().hex}"
         temp = f"{upload_dir}/{sha256}"
         self.fs.makedirs(upload_dir, exist_ok=True)
@@ -129,7 +156,6 @@ class SnapshotStorage:
         self.fs.put_file(str(local), temp)
         self.fs.mv(temp, target)
         self._remove_quietly(upload_dir, recursive=True)
-        return True
 
     def open_shared(self, sha256: str) -> Any:
         return self.fs.open(self.shared_path(sha256), "rb")
@@ -161,16 +187,50 @@ class SnapshotStorage:
             self.fs.pipe_file(path, manifest.to_json().encode())  # S3 PUT is atomic
         return path
 
-    def manifest_paths(self) -> Iterator[str]:
-        for path in self.fs.glob(f"{self.base}/manifests/*/*/*.json"):
-            yield str(path)
+    def manifest_paths(self, task: str | None = None, store: str | None = None) -> list[str]:
+        """Manifest paths, of one task and/or store when given (only their folders are
+        listed), sorted by path (so by snapshot id, oldest first, within a folder)."""
+        parts = [
+            "*" if name is None or any(c in name for c in "*?[]/") else name
+            for name in (task, store)
+        ]
+        pattern = f"{self.base}/manifests/{parts[0]}/{parts[1]}/*.json"
+        found = [str(p) for p in self.fs.glob(pattern)]
+        return sorted(p for p in found if _in_folder(p, task, store))
 
-    def read_manifest(self, path: str) -> Manifest:
-        with self.fs.open(path, "r") as fh:
-            manifest = Manifest.from_json(fh.read(), where=f"snapshot manifest {path}")
+    def read_manifest_text(self, path: str) -> str:
+        """The raw text of a manifest; FileNotFoundError when it is gone, an
+        :class:`UnreadableManifestError` (``io-error``) when the storage fails to read it."""
+        try:
+            with self.fs.open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # permissions, S3 errors, a directory, ...
+            raise UnreadableManifestError(
+                f"snapshot manifest {path} cannot be read: {type(exc).__name__}: {exc}",
+                "io-error",
+            ) from exc
+        return data.decode("utf-8", errors="replace")
+
+    def read_manifest(self, path: str, text: str | None = None) -> Manifest:
+        """Read and check one manifest (``text``: its contents, when already read). Raises
+        FileNotFoundError when it is gone (a prune between listing and reading) and an
+        :class:`UnreadableManifestError` naming the path and the kind of damage otherwise."""
+        if text is None:
+            text = self.read_manifest_text(path)
+        manifest = Manifest.from_json(text, where=f"snapshot manifest {path}")
         if manifest.app != self.app:
-            raise SnapshotError(
-                f"snapshot manifest {path} belongs to app {manifest.app!r}, not {self.app!r}"
+            raise UnreadableManifestError(
+                f"snapshot manifest {path} belongs to app {manifest.app!r}, not {self.app!r}",
+                "foreign-app",
+            )
+        task, store, snapshot_id = manifest_path_parts(path)
+        if (manifest.task, manifest.store, manifest.snapshot_id) != (task, store, snapshot_id):
+            raise UnreadableManifestError(
+                f"snapshot manifest {path} describes task {manifest.task} store "
+                f"{manifest.store} snapshot {manifest.snapshot_id}, not what its path says",
+                "misplaced",
             )
         return manifest
 
@@ -199,6 +259,54 @@ class SnapshotStorage:
     def _remove_quietly(self, path: str, recursive: bool = False) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(path, recursive=recursive)
+
+
+def manifest_path_parts(path: str) -> tuple[str, str, str]:
+    """``(task, store, snapshot id)`` from a manifest path
+    (``.../manifests/<task>/<store>/<snapshot_id>.json``)."""
+    parts = path.rstrip("/").split("/")
+    name = parts[-1]
+    return parts[-3], parts[-2], name[: -len(".json")] if name.endswith(".json") else name
+
+
+def _in_folder(path: str, task: str | None, store: str | None) -> bool:
+    found_task, found_store, _ = manifest_path_parts(path)
+    return (task is None or found_task == task) and (store is None or found_store == store)
+
+
+class SharedFiles:
+    """Which shared files one snapshot run (a task's stores, an app's tasks) has confirmed
+    present: each is checked once (a stat or HEAD, size included) and uploaded again from
+    the run's local copy when missing or of the wrong size. Thread-safe (parallel uploads).
+    """
+
+    def __init__(self, storage: SnapshotStorage) -> None:
+        self.storage = storage
+        self._confirmed: set[str] = set()
+        self._busy: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        #: Files an earlier snapshot referenced that this run found missing (or of the wrong
+        #: size) and uploaded again.
+        self.healed: set[str] = set()
+
+    def ensure(self, local: Path, sha256: str, size: int, *, known: bool = False) -> bool:
+        """Make ``shared/<sha256>`` present with ``size`` bytes, uploading ``local`` when it
+        is not; returns whether this call uploaded. ``known``: an earlier snapshot already
+        references the file, so an upload is a repair (counted in :attr:`healed`)."""
+        with self._lock:
+            if sha256 in self._confirmed:
+                return False
+            lock = self._busy.setdefault(sha256, threading.Lock())
+        with lock:  # two stores of one run sharing a file: one check, one upload
+            with self._lock:
+                if sha256 in self._confirmed:
+                    return False
+            uploaded = self.storage.upload_shared(local, sha256, size=size)
+            with self._lock:
+                self._confirmed.add(sha256)
+                if uploaded and known:
+                    self.healed.add(sha256)
+        return uploaded
 
 
 def _mtime(entry: dict[str, Any]) -> datetime | None:

@@ -134,10 +134,14 @@ def _snapshot_installer_for(
     local = settings.model_copy(update={"state_dir": state_dir})
     storage: list[Any] = []  # made at the first use: creating it may touch object storage
 
-    def for_task(task_id: str, partition: int) -> Any:
+    def opened() -> Any:
         if not storage:
             storage.append(storage_for(settings, create=True))
-        return installer_for(local, storage[0], task_id, partition)
+        return storage[0]
+
+    def for_task(task_id: str, partition: int) -> Any:
+        # A storage that fails leaves the copy to a full replay (in the report's note).
+        return installer_for(local, opened, task_id, partition, replay_on_storage_error=True)
 
     return for_task
 

@@ -69,9 +69,15 @@ class ParkedTask:
             transaction.commit()
 
     def close(self) -> None:
-        if self.fetch is not None:
-            self.fetch.close()
-        self.state.close()
+        """Close the fetch and the task (stores, lock); the task closes even when closing
+        the fetch fails, and that failure is logged rather than raised over the task's."""
+        try:
+            if self.fetch is not None:
+                self.fetch.close()
+        except Exception:
+            log.exception("task %s: closing its fetch failed", self.task_id)
+        finally:
+            self.state.close()
 
 
 class ParkedTasks:

@@ -140,6 +140,7 @@ class SnapshotUploader:
 
     def _run(self) -> None:
         from statekeeper.snapshots.create import upload_staged
+        from statekeeper.snapshots.storage import SharedFiles
 
         while True:
             job = self._queue.get()
@@ -149,7 +150,10 @@ class SnapshotUploader:
                 started = time.perf_counter()
                 try:
                     storage = self._storage()
-                    results = [upload_staged(staged, storage) for staged in job.staged]
+                    shared = SharedFiles(storage)  # the task's stores share files: one check
+                    results = [
+                        upload_staged(staged, storage, shared=shared) for staged in job.staged
+                    ]
                 except Exception as exc:  # reported to the driver; processing goes on
                     log.warning("task %s: snapshot upload failed: %s", job.task_id, exc)
                     self._emit(
@@ -167,6 +171,7 @@ class SnapshotUploader:
                             bytes_total=sum(r.bytes_total for r in results),
                             bytes_uploaded=sum(r.bytes_uploaded for r in results),
                             files_uploaded=sum(r.files_uploaded for r in results),
+                            files_healed=sum(r.files_healed for r in results),
                             key_count=sum(r.manifest.key_count for r in results),
                             upload_seconds=round(time.perf_counter() - started, 3),
                         )

@@ -307,7 +307,7 @@ def _run_share(
             parked.fetch = _fetch_for(run, services, parked.fetch)
     except BaseException:
         for _, taken in warm:  # give their locks back
-            taken.close()
+            close_quietly(taken, f"task {taken.task_id}")
         raise
     results = _run_open_tasks(warm, topology, services, me)
     done = {run.task_id for run, _ in warm}
@@ -374,14 +374,17 @@ def _run_one(
         services.progress.begin(state.task_dir.path)
         outcomes = state.open()
     except BaseException:
-        fetch.close()
+        # The open's error is what the caller sees; nothing here may replace it (a run with
+        # nothing to read has no fetch).
+        close_quietly(fetch, f"task {run.task_id}'s fetch")
         raise
     services.snapshots.watch(state)
     sources = {o.job.store.name: _restore_report(o, state) for o in outcomes}
     for store, report in sources.items():
         services.progress.note_source(store, report)
     if is_claimed(state.task_dir.path, job):  # its holder ran it while we waited
-        fetch.close()
+        if fetch is not None:
+            fetch.close()
         services.parked.park(str(state.task_dir.path), _parked(run, state, None, services, me))
         return None
     claim(state.task_dir.path, job)
@@ -449,7 +452,7 @@ def _run_open_tasks(
     except BaseException:
         for run, task in tasks:
             services.snapshots.disarm(run.task_id)
-            task.close()
+            close_quietly(task, f"task {run.task_id}")
         raise
     results = []
     outcomes, open_s = opened if opened else ([], 0.0)
@@ -485,6 +488,17 @@ def _run_open_tasks(
         result.seconds = {k: round(v, 4) for k, v in result.seconds.items()}
         results.append(result)
     return results
+
+
+def close_quietly(resource: Any | None, what: str) -> None:
+    """Close ``resource`` (None: nothing) while an error is already on its way: a failure
+    here is logged, never raised, so it cannot mask the error that led to the cleanup."""
+    if resource is None:
+        return
+    try:
+        resource.close()
+    except Exception:
+        log.exception("closing %s after an error failed too", what)
 
 
 def _commit_now(run: TaskRun, state: Any, settings: StatekeeperSettings) -> bool:

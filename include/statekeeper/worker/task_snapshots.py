@@ -13,7 +13,10 @@ not touch exactly-once; a staging or upload failure is reported, never raised.
 Restoring (invariant 4): :meth:`installer` gives the task open path a
 :data:`~statekeeper.state.task_state_manager.StoreInstaller` that puts the newest verified
 snapshot of a missing store in place, when restores from snapshots are on
-(:func:`restores_from_snapshots`).
+(:func:`restores_from_snapshots`). Per store it falls back to the previous snapshot (an
+unreadable manifest, a missing or damaged file), then to a full changelog replay (none left,
+or the storage fails), and says which and why to the restore listeners and in the status
+(:func:`restore_source`); opening a task never fails because of its snapshots.
 """
 
 from __future__ import annotations
@@ -168,22 +171,26 @@ class TaskSnapshots:
 
     def installer(self, task_id: str, partition: int) -> Any | None:
         """The store installer for opening ``task_id``, or None when restores from
-        snapshots are off (see :func:`restores_from_snapshots`)."""
-        from statekeeper.snapshots.install import installer_for
+        snapshots are off (see :func:`restores_from_snapshots`). It never fails the open:
+        unreadable manifests and damaged snapshots fall back to older ones, a failing
+        storage to a full changelog replay; the listener hears which, and why."""
+        from statekeeper.changelog.records import changelog_topic
+        from statekeeper.snapshots.install import describe_install, installer_for
 
         if not restores_from_snapshots(self.settings):
             return None
-        install = installer_for(self.settings, self.storage(), task_id, partition)
+        install = installer_for(
+            self.settings, self.storage, task_id, partition, replay_on_storage_error=True
+        )
 
         def install_and_tell(spec: Any, path: Path) -> Any:
             report = install(spec, path)
-            if self.listener is not None and report is not None:
-                tp = (spec.name, partition)
-                if report.source == "snapshot":
-                    why = f"installed snapshot {report.snapshot_id}; replaying the changelog tail"
-                else:
-                    why = f"no snapshot installed ({report.note}); full changelog replay"
+            why = describe_install(report)
+            if self.listener is not None:  # the environment's listeners log it too
+                tp = (changelog_topic(self.settings.application_id, spec.name), partition)
                 self.listener.on_restore_reason(tp, spec.name, why)
+            elif report.source != "snapshot" or report.fallbacks:
+                log.warning("task %s store %s: %s", task_id, spec.name, why)
             return report
 
         return install_and_tell
