@@ -6,7 +6,9 @@ replay, with every fallback reported); opening the task once afterwards through 
 :class:`StateEnvironment` replays only the changelog tail after the snapshot's marker and
 leaves the task at its last commit. In-memory and LRU stores are not installed: they always
 restore fully from their changelog on open. ``state_dir`` may point elsewhere than the app's
-(``restore --to DIR``): the restore then builds a copy and leaves the app's own state alone.
+(``restore --to DIR``): the restore then builds a copy and leaves the app's own state alone:
+the live task directories are only listed (which tasks exist), never opened, locked or
+written, and a ``DIR`` inside the app's own state directory is refused.
 
 The app must be stopped: a task whose lock another process holds is refused, naming it.
 """
@@ -168,6 +170,12 @@ def restore_app(
         if Path(to).resolve() == Path(settings.state_dir).resolve():
             raise RestoreError(
                 f"--to {to} is the app's own state root; omit --to to restore in place"
+            )
+        live_app = (Path(settings.state_dir) / settings.application_id).resolve()
+        if (Path(to) / settings.application_id).resolve().is_relative_to(live_app):
+            raise RestoreError(
+                f"--to {to} lies inside the app's own state {live_app}: a copy is built "
+                "outside it, so the live task directories are never written"
             )
         target = settings.model_copy(update={"state_dir": Path(to)})
     # Refuse before touching anything when any task is held by a running app.

@@ -3,7 +3,8 @@
 Read from the task directories under ``<state_dir>/<app>/`` (``<task>/rocksdb/<store>``)
 and the status document's ``tasks`` (restore reports, entry estimates, committed batch) and
 ``task_live`` (source lag), so no topology is built: in-memory stores, which have no files,
-show up through the status document.
+show up through the status document. Only lists directories and reads file sizes: no store
+is opened, no lock tried, nothing written in a task directory.
 """
 
 from __future__ import annotations

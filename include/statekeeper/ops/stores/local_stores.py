@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import rocksdict
-
-from statekeeper.errors import StoreCorruptError
+from statekeeper.ops.live_task import ReadOnlyStore, read_only_store
 from statekeeper.processing.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
@@ -75,25 +73,26 @@ def _task_dirs(app_dir: Path, subtopology: int) -> list[str]:
     return [task_id(subtopology, p) for p in sorted(partitions)]
 
 
-def open_read_only(path: Path) -> rocksdict.Rdict:
-    """A read-only handle on a task store's RocksDB (takes no lock, writes nothing)."""
-    try:
-        return rocksdict.Rdict(
-            str(path),
-            rocksdict.Options(raw_mode=True),
-            access_type=rocksdict.AccessType.read_only(),
-        )
-    except Exception as exc:  # rocksdict raises plain Exception for I/O and corruption
-        raise StoreCorruptError(f"cannot open the store at {path} read-only: {exc}") from exc
+def open_read_only(path: Path) -> ReadOnlyStore:
+    """A read-only view of the RocksDB store at ``path`` (``get``, ``items``, ``close``): it
+    takes no lock and writes nothing into ``path``, so it serves live task stores, sandboxes
+    and installed snapshots alike (:class:`statekeeper.ops.live_task.ReadOnlyStore`: a
+    private read-only shadow of the files). Raises
+    :class:`~statekeeper.errors.StoreCorruptError` when the store cannot be read."""
+    return ReadOnlyStore(path)
 
 
 def _estimate_keys(path: Path) -> int:
-    db = open_read_only(path)
-    try:
-        return int(db.property_int_value("rocksdb.estimate-num-keys") or 0)
-    finally:
-        db.close()
+    with read_only_store(path) as store:
+        return store.approximate_num_entries()
 
 
 def _size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    total = 0
+    for f in path.rglob("*"):
+        try:
+            if f.is_file():
+                total += f.stat().st_size
+        except FileNotFoundError:  # a running app's compaction removed it while we walked
+            continue
+    return total

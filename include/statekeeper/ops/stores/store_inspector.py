@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.errors import ConfigError
-from statekeeper.ops.stores.local_stores import list_local_stores, open_read_only, store_specs
+from statekeeper.ops.live_task import read_only_store
+from statekeeper.ops.stores.local_stores import list_local_stores, store_specs
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.stores.serdes import serde_for
 from statekeeper.stores.window_bytes import WindowBytesStore
@@ -99,13 +100,10 @@ def _as_int(text: str) -> int | None:
 
 
 def _raw_entries(path: Path, window: bool) -> Iterator[tuple[bytes, bytes, int | None]]:
-    db = open_read_only(path)
-    try:
-        for raw_key, raw_value in db.items():
+    with read_only_store(path) as store:
+        for raw_key, raw_value in store.items():
             if not window:
                 yield raw_key, raw_value, None
             elif not raw_key.startswith(_WINDOW_BOOKKEEPING):
                 key, start = WindowBytesStore._split_store_key(raw_key)
                 yield key, raw_value, start
-    finally:
-        db.close()
