@@ -29,7 +29,6 @@ marker against its changelog without repairing anything.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -53,19 +52,12 @@ from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory, TaskLock
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.builders import StoreSpec
-from statekeeper.stores.rocksdb import META_CF
+from statekeeper.stores.rocksdb import META_CF, decode_metadata, scan_range
 from statekeeper.stores.window_bytes import WindowBytesStore, changelog_window_key
 
 #: ``{changelog key: value}``: a key-value store's key, or ``key | window start`` for a
 #: window store (the same shape as :mod:`statekeeper.ops.drill.contents`).
 Contents = dict[bytes, bytes]
-
-# The metadata keys RocksDBKeyValueStore writes in its META_CF with every commit.
-_META_CHANGELOG_OFFSET = b"changelog_offset"
-_META_BATCH_ID = b"batch_id"
-_META_SOURCE_OFFSETS = b"source_offsets"
-_META_EPOCH = b"epoch"
-_META_VERIFIED = b"verified_offset"
 
 #: Immutable once written: linked into a shadow. Everything else is copied.
 _IMMUTABLE_SUFFIXES = (".sst", ".blob")
@@ -260,14 +252,7 @@ class ReadOnlyStore:
         """Entries with ``start <= key <= end`` (None: unbounded), in key order."""
         if reverse:
             raise NotImplementedError("live reads scan forwards only")
-        it = self._db.iter()
-        it.seek(start) if start is not None else it.seek_to_first()
-        while it.valid():
-            key = it.key()
-            if end is not None and key > end:
-                return
-            yield key, it.value()
-            it.next()
+        return scan_range(self._db, start, end)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every raw entry of the data column family, in key order."""
@@ -281,24 +266,9 @@ class ReadOnlyStore:
         """The metadata of the store's last commit (all None/empty: never committed)."""
         if self._meta is None:
             return StoreMetadata()
-        get = self._meta.get
-        offset, batch_id, sources = (
-            get(_META_CHANGELOG_OFFSET),
-            get(_META_BATCH_ID),
-            get(_META_SOURCE_OFFSETS),
-        )
-        epoch, verified = get(_META_EPOCH), get(_META_VERIFIED)
         try:
-            return StoreMetadata(
-                changelog_offset=int(offset) if offset is not None else None,
-                batch_id=int(batch_id) if batch_id is not None else None,
-                source_offsets={str(k): int(v) for k, v in json.loads(sources).items()}
-                if sources
-                else {},
-                epoch=int(epoch) if epoch is not None else 0,
-                verified_offset=int(verified) if verified is not None else None,
-            )
-        except (ValueError, AttributeError) as exc:
+            return decode_metadata(self._meta.get)
+        except ValueError as exc:
             raise LiveStoreUnreadableError(
                 f"store {self.name!r} at {self.path} has unreadable metadata: {exc}"
             ) from exc

@@ -34,7 +34,6 @@ the primary never reads it (statekeeper always passes explicit options).
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import shutil
@@ -48,14 +47,10 @@ from typing import Any
 import rocksdict
 
 from statekeeper.stores.base import StoreMetadata
-from statekeeper.stores.rocksdb import META_CF
+from statekeeper.stores.rocksdb import META_CF, decode_metadata, scan_range
 from statekeeper.stores.window_bytes import WindowBytesStore
 
 log = logging.getLogger("statekeeper.query")
-
-_META_CHANGELOG_OFFSET = b"changelog_offset"
-_META_BATCH_ID = b"batch_id"
-_META_SOURCE_OFFSETS = b"source_offsets"
 
 
 class CopyUnavailableError(Exception):
@@ -141,14 +136,7 @@ class SecondaryKeyValueReader:
         """Entries with ``start <= key <= end`` (either bound None: open), in key order."""
         if reverse:
             raise NotImplementedError("query views scan forwards only")
-        it = self._db.iter()
-        it.seek(start) if start is not None else it.seek_to_first()
-        while it.valid():
-            key = it.key()
-            if end is not None and key > end:
-                return
-            yield key, it.value()
-            it.next()
+        return scan_range(self._db, start, end)
 
     def after(self, start: bytes | None, exclusive: bool) -> Iterator[tuple[bytes, bytes]]:
         """Entries from ``start`` on (past it when ``exclusive``), to the end."""
@@ -376,21 +364,13 @@ class StoreCopy:
         self._state, self._window_store = state
 
     def _load_state(self, handle: _Handle) -> tuple[CopyState, WindowBytesStore | None]:
-        offset = handle.meta.get(_META_CHANGELOG_OFFSET)
-        batch_id = handle.meta.get(_META_BATCH_ID)
-        sources = handle.meta.get(_META_SOURCE_OFFSETS)
         try:
-            state = CopyState(
-                changelog_offset=int(offset) if offset is not None else None,
-                batch_id=int(batch_id) if batch_id is not None else None,
-                source_offsets={str(k): int(v) for k, v in json.loads(sources).items()}
-                if sources
-                else {},
-            )
-        except (ValueError, AttributeError) as exc:
+            meta = decode_metadata(handle.meta.get)
+        except ValueError as exc:
             raise CopyUnavailableError(
                 f"store {self.name} at {self.path} has unreadable metadata: {exc}"
             ) from exc
+        state = CopyState(meta.changelog_offset, meta.batch_id, dict(meta.source_offsets))
         window = None
         if self.window is not None:
             retention_ms, size_ms = self.window

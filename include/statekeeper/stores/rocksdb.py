@@ -11,7 +11,7 @@ import json
 import shutil
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from pathlib import Path
 
@@ -40,6 +40,43 @@ _first, _second = itemgetter(0), itemgetter(1)
 _cache_lock = threading.Lock()
 _shared_cache: rocksdict.Cache | None = None
 _shared_cache_bytes = 64 * 1024 * 1024
+
+
+def decode_metadata(get: Callable[[bytes], bytes | None]) -> StoreMetadata:
+    """A store's commit metadata from its meta column family (``get``: that family's lookup;
+    every value absent: never committed). Raises ValueError when a value does not parse."""
+    offset, batch_id, sources = (
+        get(_META_CHANGELOG_OFFSET),
+        get(_META_BATCH_ID),
+        get(_META_SOURCE_OFFSETS),
+    )
+    epoch, verified = get(_META_EPOCH), get(_META_VERIFIED)
+    try:
+        return StoreMetadata(
+            changelog_offset=int(offset) if offset is not None else None,
+            batch_id=int(batch_id) if batch_id is not None else None,
+            source_offsets={str(k): int(v) for k, v in json.loads(sources).items()}
+            if sources
+            else {},
+            epoch=int(epoch) if epoch is not None else 0,
+            verified_offset=int(verified) if verified is not None else None,
+        )
+    except (ValueError, AttributeError) as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def scan_range(
+    db: rocksdict.Rdict, start: bytes | None, end: bytes | None
+) -> Iterator[tuple[bytes, bytes]]:
+    """Entries of ``db`` with ``start <= key <= end`` (either bound None: open), in key order."""
+    it = db.iter()
+    it.seek(start) if start is not None else it.seek_to_first()
+    while it.valid():
+        key = it.key()
+        if end is not None and key > end:
+            return
+        yield key, it.value()
+        it.next()
 
 
 def configure_block_cache(capacity_bytes: int) -> None:
@@ -270,22 +307,9 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
             batch.put(_META_VERIFIED, str(metadata.verified_offset).encode(), handle)
 
     def _read_metadata_from_disk(self) -> None:
-        offset = self._meta.get(_META_CHANGELOG_OFFSET)
-        batch_id = self._meta.get(_META_BATCH_ID)
-        sources = self._meta.get(_META_SOURCE_OFFSETS)
-        epoch = self._meta.get(_META_EPOCH)
-        verified = self._meta.get(_META_VERIFIED)
         try:
-            self._metadata = StoreMetadata(
-                changelog_offset=int(offset) if offset is not None else None,
-                batch_id=int(batch_id) if batch_id is not None else None,
-                source_offsets={str(k): int(v) for k, v in json.loads(sources).items()}
-                if sources
-                else {},
-                epoch=int(epoch) if epoch is not None else 0,
-                verified_offset=int(verified) if verified is not None else None,
-            )
-        except (ValueError, AttributeError) as exc:
+            self._metadata = decode_metadata(self._meta.get)
+        except ValueError as exc:
             raise StoreCorruptError(
                 f"store {self.name!r} at {self.path} has unreadable metadata: {exc}"
             ) from exc
