@@ -5,8 +5,10 @@ A drill restores every store of every task of an app into a sandbox directory
 or the live app, which may be running, then checks each store:
 
 a. integrity (:mod:`.integrity`): snapshot manifests and checksums, fallbacks, markers;
-b. consistency (:mod:`.consistency`): key by key against the live store at the same commit
-   (app stopped), or against the snapshot plus changelog (app running);
+b. consistency (:mod:`.consistency`): key by key against the live store at the live store's
+   own commit, read without a byte written (:mod:`statekeeper.ops.live_task`; app stopped),
+   or against the snapshot plus changelog (app running); a live store whose commit does not
+   match its changelog fails, and is never repaired;
 c. truth (:mod:`.recompute`): the app's own topology re-run in batch over the source
    ranges up to the restored marker's source offsets, diffed with the restored state;
 d. data quality (:mod:`.quality`): a Great Expectations suite per store, with Data Docs;
