@@ -1,18 +1,22 @@
-"""Keeps every enabled app of the specs folder running: one reconcile step per app and run.
+"""Keeps every enabled app of the specs folder running (`statekeeper_apps`), and acts on
+apps at once when an operator asks (`statekeeper_app_actions`).
 
-Each task reconnects to the app's running launch (or launches it detached with spark-submit
-on the `spark_default` connection), then watches it from the triggerer (no worker slot) for
-the watch period. A broken health rule (process gone, batches stalled while input is
-pending, status unresponsive, source lag growing) kills what is left, waits the backoff and
-relaunches: that task instance returns `action: restarted` with the reasons (XCom
-`restart`, and its log). Too many restarts within the window mark the app FAILED: its task
-fails every run, without relaunching, until a run with `action=restart`.
+`statekeeper_apps` (every 5 min, one run at a time): one step per app reconnects to its
+running launch (or launches it detached with spark-submit on `spark_default`), then watches
+it from the triggerer (no worker slot) for the watch period, the schedule interval, so the
+next run takes over as it ends. A broken health rule (process gone, batches stalled while
+input is pending, status unresponsive, lag growing, start-up hung in REBALANCING, restore not
+advancing) kills what is left, waits the backoff and relaunches, watched on at once; the
+step then ends failed so the restart shows in the grid (reasons in its log and XCom
+`restart`). Too many restarts within the window mark the app FAILED: its step fails every
+run, naming the remedy, without relaunching. A stop somebody asked for (`make down`, an
+action) is no crash: the app is relaunched without counting it.
 
-Manual runs (Trigger DAG w/ config): `action` = reconcile | stop (graceful, stays stopped)
-| restart | redeploy with `upgrade_mode` = last-state | snapshot (`snapshot_id`, default
-latest) | stateless (local state deleted, rebuilt by full changelog replay); `apps` limits
-the action to these app ids; `supervision` overrides thresholds (SupervisionConfig).
-Wiring only: the work is in statekeeper.airflow.operators.supervisor.
+`statekeeper_app_actions` (Trigger DAG w/ config; not queued behind a watch): `action` =
+stop (graceful, stays stopped) | restart (clears FAILED) | redeploy with `upgrade_mode` =
+last-state | snapshot (`snapshot_id`) | stateless; `apps` = the app ids (empty: all). A
+running watch hands over to the new launch. `statekeeper_apps` still takes the same params
+(queued behind its running watch). Wiring only: statekeeper.airflow.supervision.operator.
 """
 
 from __future__ import annotations
@@ -21,20 +25,13 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
-from statekeeper.airflow.operators import StatekeeperAppSupervisorOperator
 from statekeeper.airflow.specs import discover_apps
+from statekeeper.airflow.supervision.operator import SupervisedAppOperator
 
-with DAG(
-    dag_id="statekeeper_apps",
-    schedule=timedelta(minutes=5),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    tags=["statekeeper"],
-    params={
-        "action": Param(
-            "reconcile", enum=["reconcile", "stop", "restart", "redeploy"], description="what to do"
-        ),
+
+def _params(action: str, actions: list[str]) -> dict[str, Param]:
+    return {
+        "action": Param(action, enum=actions, description="what to do"),
         "upgrade_mode": Param(
             "last-state",
             enum=["last-state", "snapshot", "stateless"],
@@ -43,13 +40,13 @@ with DAG(
         "snapshot_id": Param("latest", type="string", description="redeploy from this snapshot"),
         "apps": Param([], type="array", description="app ids the action is for (empty: all)"),
         "supervision": Param({}, type="object", description="SupervisionConfig overrides"),
-    },
-    render_template_as_native_obj=True,
-    doc_md=__doc__,
-):
+    }
+
+
+def _steps(prefix: str, actions_only: bool) -> None:
     for app in discover_apps():
-        StatekeeperAppSupervisorOperator(
-            task_id=f"supervise_{app.application_id}",
+        SupervisedAppOperator(
+            task_id=f"{prefix}_{app.application_id}",
             application_id=app.application_id,
             spec_path=app.spec_path,
             action="{{ params.action }}",
@@ -57,4 +54,32 @@ with DAG(
             snapshot_id="{{ params.snapshot_id }}",
             apps="{{ params.apps }}",
             supervision="{{ params.supervision }}",
+            actions_only=actions_only,
         )
+
+
+with DAG(
+    dag_id="statekeeper_apps",
+    schedule=timedelta(minutes=5),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["statekeeper"],
+    params=_params("reconcile", ["reconcile", "stop", "restart", "redeploy"]),
+    render_template_as_native_obj=True,
+    doc_md=__doc__,
+):
+    _steps("supervise", actions_only=False)
+
+with DAG(
+    dag_id="statekeeper_app_actions",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=4,
+    tags=["statekeeper"],
+    params=_params("restart", ["restart", "stop", "redeploy"]),
+    render_template_as_native_obj=True,
+    doc_md=__doc__,
+):
+    _steps("act", actions_only=True)

@@ -1119,9 +1119,19 @@ def _add_platform(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     platform = _subcommand(commands, "platform", "the embedded broker + Airflow on 127.0.0.1")
     actions = platform.add_subparsers(title="actions", metavar="ACTION")
     for name, text, handler in (
-        ("up", "start what is not running, unpause the DAGs, launch the apps", _cmd_platform_up),
+        (
+            "up",
+            "start what is not running, unpause the DAGs, launch the apps and name each one's "
+            "state (exit code 3 when an app is FAILED or down)",
+            _cmd_platform_up,
+        ),
         ("down", "stop every process the platform started", _cmd_platform_down),
-        ("status", "what runs (exit code 3 when something is down)", _cmd_platform_status),
+        (
+            "status",
+            "what runs: services and apps (exit code 3 when a service or an app is down, or an "
+            "app FAILED)",
+            _cmd_platform_status,
+        ),
     ):
         sub = _subcommand(actions, name, text, handler)
         sub.add_argument("--root", type=Path, default=Path("var/platform"), help="run folder")
@@ -1131,6 +1141,12 @@ def _add_platform(commands: argparse._SubParsersAction[argparse.ArgumentParser])
             sub.add_argument("--timeout", type=float, default=180.0, help="seconds to come up")
             sub.add_argument(
                 "--specs-dir", type=Path, help="app specs the DAGs act on (default: spark_apps/)"
+            )
+            sub.add_argument(
+                "--apps-timeout",
+                type=float,
+                default=180.0,
+                help="seconds to wait for every app to run (or be FAILED/stopped); 0: no wait",
             )
 
 
@@ -1145,9 +1161,9 @@ def _cmd_platform_up(args: argparse.Namespace) -> int:
         specs_dir=args.specs_dir,
     )
     say = (lambda _: None) if args.json else (lambda line: print(line, flush=True))
-    result = up(config, timeout_s=args.timeout, say=say)
+    result = up(config, timeout_s=args.timeout, apps_timeout_s=args.apps_timeout, say=say)
     _emit(args, result, up_text(result))
-    return EXIT_OK
+    return EXIT_NOT_RUNNING if result["apps_bad"] else EXIT_OK
 
 
 def _cmd_platform_down(args: argparse.Namespace) -> int:
@@ -1166,7 +1182,7 @@ def _cmd_platform_status(args: argparse.Namespace) -> int:
 
     result = status(PlatformConfig.load(args.root))
     _emit(args, result, status_text(result))
-    return EXIT_OK if result["running"] else EXIT_NOT_RUNNING
+    return EXIT_OK if result["running"] and not result["apps_bad"] else EXIT_NOT_RUNNING
 
 
 # --- cluster: a Spark standalone cluster on 127.0.0.1 -------------------------------------

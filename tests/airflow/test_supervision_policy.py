@@ -162,3 +162,202 @@ def test_identity_tells_a_reused_pid_and_a_zombie_from_the_app():
     finally:
         proc.kill()
         proc.wait()
+
+
+# -- intended stops (make down, action=stop): never a crash ------------------------------------
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+
+
+def test_a_stop_is_written_down_before_the_signal_and_is_no_crash(tmp_path):
+    from statekeeper.airflow.supervision.probe import observe
+    from statekeeper.airflow.supervision.process import stop_app
+    from statekeeper.airflow.supervision.stops import STAY_STOPPED, read_intended_stops
+
+    proc = _sleeper()
+    status_file = tmp_path / "app" / "status.json"
+    ident = AppProcessIdentity.of_launched("a", proc.pid, T0, "log", str(status_file), ["x"])
+    try:
+        assert ident.intended_stop() is None
+        result = stop_app(ident, 10, by="action=stop (run r1)", then=STAY_STOPPED)
+        proc.wait(10)
+    finally:
+        proc.kill()
+    assert result.outcome == "graceful"
+    [stop] = read_intended_stops(status_file.parent)
+    assert (stop.pid, stop.start_ticks, stop.then) == (proc.pid, ident.start_ticks, STAY_STOPPED)
+    assert ident.intended_stop() == stop
+    # Another launch with the same pid (a reused pid) is not excused by this record.
+    other = AppProcessIdentity.from_json({**ident.to_json(), "start_ticks": 1})
+    assert other.intended_stop() is None
+
+    obs = observe(str(status_file), T0, 1.0, ident)
+    assert obs.process_alive is False and obs.intended_stop == stop.to_json()
+    [v] = HealthMonitor(SupervisionConfig(), T0).observe(obs)
+    assert v.kind == "intended_stop"
+    assert v.reason.startswith("stopped as intended by action=stop (run r1) at ")
+    crash = observe(str(status_file), T0, 1.0, other)
+    assert [x.kind for x in HealthMonitor(SupervisionConfig(), T0).observe(crash)] == [
+        "process_gone"
+    ]
+
+
+def test_intended_stops_keep_the_recent_launches_newest_first(tmp_path):
+    from statekeeper.airflow.supervision.stops import (
+        KEEP,
+        RELAUNCH,
+        intended_stop_of,
+        read_intended_stops,
+        record_intended_stop,
+    )
+
+    for pid in range(KEEP + 3):
+        record_intended_stop(tmp_path, pid, 100 + pid, by="platform down", then=RELAUNCH)
+    stops = read_intended_stops(tmp_path)
+    assert [s.pid for s in stops] == list(range(KEEP + 2, 2, -1))
+    assert intended_stop_of(tmp_path, KEEP + 2, 100 + KEEP + 2).by == "platform down"
+    assert intended_stop_of(tmp_path, 0, 100) is None  # dropped: older than the KEEP newest
+    with pytest.raises(ValueError, match="then='later'"):
+        record_intended_stop(tmp_path, 1, 1, by="x", then="later")
+    (tmp_path / "intended_stop.json").write_text("{not json")
+    assert read_intended_stops(tmp_path) == []
+
+
+def test_relaunches_after_intended_stops_never_count_towards_failed():
+    cfg = SupervisionConfig(max_restarts=1, restart_window_s=100)
+    record = SupervisionRecord("a", restarts=[], relaunches=[{"at": T0 - i} for i in range(9)])
+    assert decide_restart(cfg, record.restarts, T0).action == "restart"
+    assert SupervisionRecord.from_json("a", record.to_json()) == record
+
+
+# -- start-up limits: REBALANCING and RESTORING ----------------------------------------------
+
+
+def _progress(restored, at):
+    return {"updated_at": T0 + at, "stores": {"counts": {"restored": restored, "done": False}}}
+
+
+def test_rebalancing_past_its_limit_with_input_pending_is_a_hang_idle_is_not():
+    cfg = SupervisionConfig(rebalance_timeout_s=60, heartbeat_timeout_s=1e6, lag_growth_checks=0)
+    hung = HealthMonitor(cfg, T0)
+    assert hung.observe(_obs(50, _status("REBALANCING", lags=(300,), state_since=T0))) == []
+    [v] = hung.observe(_obs(61, _status("REBALANCING", lags=(300,), state_since=T0)))
+    assert v.kind == "rebalancing_timeout"
+    assert v.reason.startswith("hung in REBALANCING for 61s with 300 records pending")
+    # Judged by the app's own state_since: a new watch (a new monitor) sees the whole hang.
+    [v] = HealthMonitor(cfg, T0 + 100).observe(
+        _obs(101, {**_status("REBALANCING", lags=(3,)), "state_since": T0})
+    )
+    assert v.kind == "rebalancing_timeout"
+    unknown = {**_status("REBALANCING", state_since=T0), "task_live": {"0_0": {}}}
+    [v] = HealthMonitor(cfg, T0).observe(_obs(90, unknown))
+    assert "its source lag still unknown" in v.reason
+    # Nothing pending: an idle app waiting for input is not hung.
+    idle = HealthMonitor(cfg, T0)
+    assert idle.observe(_obs(1000, _status("REBALANCING", lags=(0, 0), state_since=T0))) == []
+    # Restore progress (lost batches replayed at start) keeps it alive.
+    busy = HealthMonitor(cfg, T0)
+    status = _status("REBALANCING", lags=(9,), state_since=T0)
+    status["task_live"]["0_0"]["restore_progress"] = _progress(500, 80)
+    assert busy.observe(_obs(100, status)) == []
+
+
+def test_restoring_must_advance_its_restore_progress():
+    cfg = SupervisionConfig(restore_timeout_s=60, heartbeat_timeout_s=1e6, lag_growth_checks=0)
+    monitor = HealthMonitor(cfg, T0)
+
+    def restoring(restored, progress_at):
+        status = _status("RESTORING", lags=(50,), state_since=T0)
+        status["task_live"]["0_0"]["restore_progress"] = _progress(restored, progress_at)
+        return status
+
+    assert monitor.observe(_obs(30, restoring(100, 20))) == []
+    assert monitor.observe(_obs(70, restoring(200, 65))) == []  # advancing
+    assert monitor.observe(_obs(120, restoring(200, 65))) == []  # 50 s without progress
+    [v] = monitor.observe(_obs(131, restoring(200, 65)))
+    assert v.kind == "restore_stalled"
+    assert "restore progress stuck at 200 records for 61s" in v.reason
+    # No progress file at all (e.g. waiting for a task lock): judged from state_since.
+    [v] = HealthMonitor(cfg, T0).observe(_obs(61, _status("RESTORING", state_since=T0)))
+    assert v.kind == "restore_stalled" and v.reason.startswith("RESTORING for 61s")
+
+
+# -- what people see: the summary of the supervision record --------------------------------
+
+
+def test_summary_counts_restarts_in_the_window_and_names_failed_with_its_remedy(tmp_path):
+    from statekeeper.airflow.supervision.summary import (
+        is_bad,
+        read_supervision_file,
+        summarize,
+        write_supervision_file,
+    )
+
+    cfg = SupervisionConfig(restart_window_s=100, max_restarts=3)
+    identity = {"pid": 42, "launched_at": T0 - 30}
+    record = SupervisionRecord(
+        "wc",
+        identity=identity,
+        restarts=[
+            {"at": T0 - 500, "reason": "old"},
+            {"at": T0 - 40, "reason": "process gone: pid 7 exited", "kinds": ["process_gone"]},
+        ],
+        relaunches=[{"at": T0 - 20, "by": "platform down"}],
+    )
+    write_supervision_file(tmp_path, record, cfg)
+    doc = read_supervision_file(tmp_path)
+    status = _status(started_at=T0 - 29)
+    row = summarize("wc", doc, status, process_alive=True, now=T0)
+    assert row["condition"] == "RUNNING" and row["uptime_s"] == 30 and not is_bad(row)
+    assert (row["restarts_in_window"], row["max_restarts"], row["relaunches_in_window"]) == (
+        1,
+        3,
+        1,
+    )
+    assert row["last_restart"]["reason"] == "process gone: pid 7 exited"
+    # An older launch's status is not this launch's state.
+    assert (
+        summarize("wc", doc, _status(started_at=T0 - 60), process_alive=True, now=T0)["condition"]
+        == "LAUNCHING"
+    )
+    assert summarize("wc", doc, status, process_alive=False, now=T0)["condition"] == "DOWN"
+    failed = {**doc, "identity": None, "failed": {"at": T0, "reasons": "r", "explanation": "e"}}
+    row = summarize("wc", failed, None, process_alive=False, now=T0)
+    assert row["condition"] == "FAILED" and is_bad(row)
+    assert (
+        "action=restart" in row["failed"]["remedy"]
+        and "statekeeper_app_actions" in (row["failed"]["remedy"])
+    )
+    stopped = {**doc, "identity": None, "stopped": {"at": T0}}
+    assert summarize("wc", stopped, None, process_alive=False, now=T0)["condition"] == "STOPPED"
+    assert summarize("wc", None, None, process_alive=None, now=T0)["condition"] == (
+        "NOT SUPERVISED"
+    )
+
+
+def test_an_idle_start_settles_into_running_without_a_batch():
+    """What the driver's supervise loop calls: REBALANCING → RUNNING once the query runs
+    and nothing is pending (as Kafka Streams goes RUNNING when nothing needs restoring)."""
+    from statekeeper.app.lifecycle import AppState, AppStateMachine, settle_idle_start
+    from statekeeper.app.status import StatusBoard
+
+    board = StatusBoard("a")
+    machine = AppStateMachine([lambda new, _old: board.update(state=new.value)])
+    machine.transition(AppState.REBALANCING)
+    since = board.snapshot()["state_since"]
+    assert not settle_idle_start(machine, query_started=True, caught_up=False)
+    assert not settle_idle_start(machine, query_started=False, caught_up=True)
+    assert settle_idle_start(machine, query_started=True, caught_up=True)
+    doc = board.snapshot()
+    assert doc["state"] == "RUNNING" and doc["state_since"] >= since
+    # Anywhere else it changes nothing (a batch that began meanwhile moved it on).
+    other = AppStateMachine()
+    other.transition(AppState.REBALANCING)
+    other.transition(AppState.RESTORING)
+    assert not settle_idle_start(other, query_started=True, caught_up=True)
+    assert other.state is AppState.RESTORING
+    assert not other.transition_from(AppState.REBALANCING, AppState.RUNNING)

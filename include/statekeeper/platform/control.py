@@ -4,7 +4,12 @@
 ``up`` is idempotent: it starts only what is not running (a second ``up`` starts nothing).
 ``down`` stops the services by their PID files (SIGTERM, wait, SIGKILL), scheduler first so
 nothing new is launched, then sweeps every process still carrying the platform's marker (the
-Spark apps the DAGs launched, task runners), the broker last so apps can stop cleanly.
+Spark apps the DAGs launched, task runners), the broker last so apps can stop cleanly. Each
+app's stop is written down first (an intended stop, :mod:`statekeeper.platform.apps`), so
+the supervisor relaunches it after the next ``up`` without counting a crash.
+
+``up`` and ``status`` name each app with its condition (RUNNING, REBALANCING, FAILED, DOWN,
+...); ``up`` waits (``apps_timeout_s``) until every app runs or is FAILED/stopped.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +29,7 @@ from statekeeper.errors import StatekeeperError
 from statekeeper.kafka import embedded
 from statekeeper.platform import airflow_api
 from statekeeper.platform.airflow_env import PASSWORDS_FILE, admin_password, platform_env
+from statekeeper.platform.apps import app_rows, record_platform_stops, wait_for_apps, wipe_app_data
 from statekeeper.platform.layout import PlatformConfig
 from statekeeper.platform.processes import (
     MARKER_ENV,
@@ -120,9 +125,12 @@ def _start_broker(config: PlatformConfig, say: Say) -> bool:
     if _spark_apps(config):  # apps outlived the broker: leave their files, they may be used
         stale = []
     for folder in stale:
-        shutil.rmtree(folder)
+        wipe_app_data(folder)
     if stale:
-        say(f"fresh broker: removed the previous one's {', '.join(d.name for d in stale)}")
+        say(
+            f"fresh broker: removed the previous one's {', '.join(d.name for d in stale)} "
+            "(kept supervision's records)"
+        )
     return True
 
 
@@ -241,10 +249,19 @@ def _run_appears(client: airflow_api.AirflowClient, dag_id: str, runs_before: in
         time.sleep(0.5)
 
 
-def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -> dict[str, Any]:
+def up(
+    config: PlatformConfig,
+    *,
+    timeout_s: float = 180.0,
+    apps_timeout_s: float = 180.0,
+    say: Say = _quiet,
+) -> dict[str, Any]:
     """Start what is not running, wait until Airflow is healthy and the statekeeper DAGs are
-    registered, unpause them and trigger the apps DAG. Raises PlatformError naming the logs
-    when something does not come up within ``timeout_s``."""
+    registered, unpause them and trigger the apps DAG, then wait up to ``apps_timeout_s``
+    (0: not at all) until every app runs (or is FAILED, stopped, disabled). Raises
+    PlatformError naming the logs when something does not come up within ``timeout_s``.
+    The result's ``apps`` names each app's condition; ``apps_bad`` the ones that need an
+    operator (FAILED, DOWN, ERROR)."""
     started_at = time.monotonic()
     deadline = started_at + timeout_s
     for folder in (config.run_dir, config.logs_dir, config.airflow_home):
@@ -290,6 +307,12 @@ def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -
     else:
         notes.append(f"no {APPS_DAG} DAG in {config.repo / 'dags'}: no app launched")
         say(notes[-1])
+    apps = app_rows(config)
+    if apps and apps_timeout_s > 0 and APPS_DAG in dags:
+        names = ", ".join(a["application_id"] for a in apps)
+        say(f"waiting up to {apps_timeout_s:.0f} s for the apps to run: {names}")
+        apps = wait_for_apps(config, apps_timeout_s)
+    bad = [a["application_id"] for a in apps if a["bad"]]
     return {
         "ui": config.ui_url,
         "state_stores": config.state_stores_url,
@@ -305,6 +328,8 @@ def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -
         "seconds": round(time.monotonic() - started_at, 1),
         "healthy_after_s": round(healthy_s, 1),
         "notes": notes,
+        "apps": apps,
+        "apps_bad": bad,
     }
 
 
@@ -312,8 +337,10 @@ def up(config: PlatformConfig, *, timeout_s: float = 180.0, say: Say = _quiet) -
 
 
 def status(config: PlatformConfig) -> dict[str, Any]:
-    """Each service (pid, port, uptime, running), the apps' processes and Airflow's health;
-    ``running`` is true only when every service runs."""
+    """Each service (pid, port, uptime, running), each app (named, its condition, pid,
+    uptime, restarts), the apps' processes and Airflow's health; ``running`` is true only
+    when every service runs, ``apps_bad`` names the apps that need an operator (FAILED,
+    DOWN, ERROR)."""
     now = time.time()
     rows: list[dict[str, Any]] = []
     broker = embedded.broker_status(config.broker_run_dir)
@@ -346,6 +373,7 @@ def status(config: PlatformConfig) -> dict[str, Any]:
     apps = _spark_apps(config)
     running = all(r["running"] for r in rows)
     report = airflow_api.health(config.ui_url) if running else None
+    app_list = app_rows(config)
     return {
         "running": running,
         "ui": config.ui_url,
@@ -355,6 +383,8 @@ def status(config: PlatformConfig) -> dict[str, Any]:
         "root": str(config.root),
         "services": rows,
         "spark_apps": apps,
+        "apps": app_list,
+        "apps_bad": [a["application_id"] for a in app_list if a["bad"]],
         "health": report,
     }
 
@@ -378,7 +408,7 @@ def _cmdline(pid: int) -> str:
 # -- down ----------------------------------------------------------------------------------
 
 
-def _stop_apps(config: PlatformConfig, spared: set[int], timeout_s: float) -> list[int]:
+def stop_apps(config: PlatformConfig, spared: set[int], timeout_s: float) -> list[int]:
     """Stop the detached apps (group leaders carrying the marker, their parent not)
     gracefully: SIGTERM to the Python driver named by the app's status file when it is in
     the group (it finishes the batch and commits; spark-submit then exits), else to the
@@ -387,12 +417,16 @@ def _stop_apps(config: PlatformConfig, spared: set[int], timeout_s: float) -> li
     # A launched app leads its own group and outlived the task that launched it; groups
     # whose parent is a platform process (Spark's Python workers) go down with their app.
     leaders = [p for p in marked if process_group(p) == p and parent_pid(p) not in marked]
-    drivers = {}
+    drivers, folders = {}, {}
     for status_file in config.root.glob("state/*/status.json"):
         with contextlib.suppress(OSError, ValueError, TypeError):
             pid = int(json.loads(status_file.read_text()).get("pid") or 0)
             if pid in marked:
                 drivers[process_group(pid)] = pid
+                folders[process_group(pid)] = status_file.parent
+    # Written down before any signal: the supervisor relaunches these apps after the next
+    # up, and does not count their exit as a crash.
+    record_platform_stops(config, leaders, folders)
     for leader in leaders:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(drivers.get(leader, leader), signal.SIGTERM)
@@ -431,7 +465,7 @@ def down(
 
     broker = embedded.read_state(config.broker_run_dir)
     broker_pids = {p for p in ((broker.tansu_pid, broker.s3_pid) if broker else ()) if p}
-    apps = _stop_apps(config, broker_pids, app_timeout_s)
+    apps = stop_apps(config, broker_pids, app_timeout_s)
     if apps:
         stopped.append({"service": "apps", "pids": apps})
         say(f"stopped {len(apps)} app process group(s): {apps}")

@@ -6,9 +6,14 @@ Operator's: pure functions over observations, no Airflow, no processes.
   ``supervision`` param) through :func:`supervision_config`.
 - :class:`HealthMonitor`: fed one :class:`Observation` per check; returns the violated rules
   (process gone, app ERROR, never started, status unresponsive, batch counter stalled while
-  input is pending, source lag growing for N consecutive checks) or nothing.
+  input is pending, source lag growing for N consecutive checks, start-up hung in
+  REBALANCING, restore not advancing in RESTORING) or nothing. A process that is gone after
+  a stop somebody asked for (``make down``, ``action=stop``: an intended-stop record, see
+  :mod:`~statekeeper.airflow.supervision.stops`) is reported as ``intended_stop``, which is
+  never a crash.
 - :func:`decide_restart`: restart after an exponential backoff, or FAILED when the restarts
-  within the window reached the limit.
+  within the window reached the limit. Only unplanned exits are restarts: relaunches after
+  an intended stop are kept apart (``SupervisionRecord.relaunches``) and never counted.
 """
 
 from __future__ import annotations
@@ -25,6 +30,11 @@ from statekeeper.errors import ConfigError
 RUNNING = "RUNNING"
 #: App states during start-up (restoring state can take long; no stall rule then).
 STARTING = ("CREATED", "REBALANCING", "RESTORING")
+#: Start-up before the first micro-batch: topics checked, Spark started, lost batches replayed.
+REBALANCING = ("CREATED", "REBALANCING")
+RESTORING = "RESTORING"
+#: Violation kinds that are not failures: the process is gone because somebody stopped it.
+INTENDED_STOP = "intended_stop"
 
 
 class SupervisionConfig(BaseModel):
@@ -34,10 +44,11 @@ class SupervisionConfig(BaseModel):
 
     check_interval_s: float = Field(10.0, gt=0, description="Seconds between health checks")
     watch_period_s: float = Field(
-        240.0,
+        300.0,
         gt=0,
-        description="How long one reconcile step watches a healthy app before it succeeds "
-        "(the next scheduled run watches on); keep it below the DAG's schedule interval",
+        description="How long one reconcile step watches the app, relaunches included, before "
+        "it ends; the DAG's schedule interval (5 min), so the next scheduled run, waiting "
+        "behind this one (max_active_runs=1), starts watching as this one ends: no gap",
     )
     startup_timeout_s: float = Field(
         180.0, gt=0, description="A launched app must publish its status within this"
@@ -57,6 +68,19 @@ class SupervisionConfig(BaseModel):
     lag_growth_checks: int = Field(
         12, ge=0, description="Source lag growing for this many consecutive checks; 0: off"
     )
+    rebalance_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="An app still CREATED/REBALANCING this long (by its status' state_since) "
+        "while input is pending or its source lag is still unknown, with no restore progress "
+        "meanwhile, is hung in start-up (an idle app with nothing pending is not)",
+    )
+    restore_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="An app RESTORING whose restore progress (records restored by any task) "
+        "and batch counter do not advance this long is hung in its restore",
+    )
     max_restarts: int = Field(
         5,
         ge=0,
@@ -71,6 +95,12 @@ class SupervisionConfig(BaseModel):
         60.0, gt=0, description="A graceful stop (SIGTERM) waits this long, then kill -9"
     )
     status_timeout_s: float = Field(2.0, gt=0, description="Timeout of one GET /status")
+    restarted_step_fails: bool = Field(
+        True,
+        description="A supervising step in which the app had to be restarted (an unplanned "
+        "exit) ends failed, so the restart shows in the grid, although the app runs again; "
+        "false: it succeeds (the restart is still in its log and XCom)",
+    )
     stop_signal_target: Literal["spark-submit", "driver"] = Field(
         "spark-submit",
         description="Who gets a graceful stop's SIGTERM: the launched spark-submit (its JVM "
@@ -131,7 +161,8 @@ class Observation:
     ``process_alive`` is None when the process cannot be checked from here (another host);
     ``status`` is the status document of *this* launch (None before it published one);
     ``status_fresh_at`` is when that document was last produced by the live app (the time
-    its endpoint answered, or its status file's modification time).
+    its endpoint answered, or its status file's modification time); ``intended_stop`` is the
+    record (``IntendedStop.to_json()``) saying the gone process was stopped on purpose.
     """
 
     at: float
@@ -140,12 +171,14 @@ class Observation:
     status: dict[str, Any] | None = None
     status_fresh_at: float | None = None
     status_source: str | None = None  # "url" | "file"
+    intended_stop: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class Violation:
     """A broken health rule: ``kind`` (process_gone, app_error, startup_timeout,
-    unresponsive, stalled, lag_growing) and a sentence for logs and the UI."""
+    unresponsive, stalled, lag_growing, rebalancing_timeout, restore_stalled; or
+    intended_stop, which is no failure) and a sentence for logs and the UI."""
 
     kind: str
     reason: str
@@ -157,6 +190,20 @@ def batches_of(status: Mapping[str, Any] | None) -> int | None:
         return None
     value = (status.get("throughput") or {}).get("batches")
     return int(value) if value is not None else None
+
+
+def restore_progress_at(status: Mapping[str, Any] | None) -> tuple[int, float | None]:
+    """``(records restored so far, when restore progress was last written)`` over every
+    task's ``restore_progress`` (the files workers write while they restore)."""
+    restored, latest = 0, None
+    for task in ((status or {}).get("task_live") or {}).values():
+        progress = (task or {}).get("restore_progress") or {}
+        for store in (progress.get("stores") or {}).values():
+            restored += int((store or {}).get("restored") or 0)
+        at = progress.get("updated_at")
+        if at is not None and (latest is None or float(at) > latest):
+            latest = float(at)
+    return restored, latest
 
 
 def pending_records(status: Mapping[str, Any] | None) -> int | None:
@@ -180,11 +227,17 @@ class HealthMonitor:
     _last_lag: int | None = None
     _growth: int = 0
     _lag_from: int | None = None
+    _state: str | None = None
+    _state_seen: float | None = None
+    _restored: int | None = None
+    _restored_seen: float | None = None
 
     def observe(self, obs: Observation) -> list[Violation]:
         """The rules ``obs`` violates (empty: healthy so far)."""
         cfg = self.config
         if obs.process_alive is False:
+            if obs.intended_stop:
+                return [Violation(INTENDED_STOP, _intended_reason(obs.intended_stop))]
             return [Violation("process_gone", f"process gone: {obs.process_detail}".rstrip(": "))]
         status = obs.status
         if status is None:
@@ -214,7 +267,57 @@ class HealthMonitor:
             )
         found += self._stall(obs, status)
         found += self._lag_growth(status, obs)
+        found += self._startup_hang(obs, status)
         return found
+
+    def _startup_hang(self, obs: Observation, status: Mapping[str, Any]) -> list[Violation]:
+        """REBALANCING / RESTORING past their limits without progress.
+
+        Times are the app's own where it gives them (``state_since`` in its status, the
+        restore progress files' ``updated_at``), so a hang is judged over its whole length,
+        not only over one watch; where it does not, from the first check that saw them. A
+        batch ends either state, so progress here is restore progress."""
+        cfg = self.config
+        state = str(status.get("state") or "")
+        if state != self._state:
+            self._state, self._state_seen = state, obs.at
+        restored, progress_at = restore_progress_at(status)
+        if restored != self._restored:
+            # Progress seen between two checks (the first check has nothing to compare).
+            self._restored_seen = obs.at if self._restored is not None else None
+            self._restored = restored
+        since = status.get("state_since")
+        entered = float(since) if since is not None else float(self._state_seen or obs.at)
+        # The latest sign of life: entering the state, restore progress, a batch.
+        moved = max(
+            entered,
+            float(self._restored_seen or entered),
+            progress_at if progress_at is not None else entered,
+        )
+        quiet = obs.at - moved
+        if state in REBALANCING:
+            pending = pending_records(status)
+            if pending == 0 or quiet <= cfg.rebalance_timeout_s:
+                return []  # an idle app that caught up has nothing to run: not hung
+            what = f"{pending} records pending" if pending else "its source lag still unknown"
+            return [
+                Violation(
+                    "rebalancing_timeout",
+                    f"hung in {state} for {quiet:.0f}s with {what}, no micro-batch and no "
+                    f"restore progress (rebalance_timeout_s={cfg.rebalance_timeout_s:g})",
+                )
+            ]
+        if state == RESTORING and quiet > cfg.restore_timeout_s:
+            # RESTORING is the first micro-batch: no batch completes before it ends.
+            return [
+                Violation(
+                    "restore_stalled",
+                    f"RESTORING for {obs.at - entered:.0f}s, restore progress stuck at "
+                    f"{restored} records for {quiet:.0f}s "
+                    f"(restore_timeout_s={cfg.restore_timeout_s:g})",
+                )
+            ]
+        return []
 
     def _stall(self, obs: Observation, status: Mapping[str, Any]) -> list[Violation]:
         batches = batches_of(status)
@@ -254,6 +357,13 @@ class HealthMonitor:
                 )
             ]
         return []
+
+
+def _intended_reason(doc: Mapping[str, Any]) -> str:
+    from statekeeper.airflow.supervision.stops import IntendedStop
+
+    stop = IntendedStop.from_json(doc)
+    return stop.describe() if stop else "stopped as intended"
 
 
 def is_running_with_progress(
@@ -321,14 +431,16 @@ def decide_restart(
 @dataclass
 class SupervisionRecord:
     """What supervision remembers about an app across runs: the running launch's identity
-    (a JSON dict, see ``process.AppProcessIdentity``), restart history, the FAILED mark and
-    whether an operator stopped it."""
+    (a JSON dict, see ``process.AppProcessIdentity``), restart history (unplanned exits
+    only: these count towards FAILED), relaunches after intended stops (``make down``;
+    never counted), the FAILED mark and whether an operator stopped it."""
 
     application_id: str
     identity: dict[str, Any] | None = None
     restarts: list[dict[str, Any]] = field(default_factory=list)
     failed: dict[str, Any] | None = None
     stopped: dict[str, Any] | None = None
+    relaunches: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -337,6 +449,7 @@ class SupervisionRecord:
             "restarts": self.restarts[-50:],  # bounded: the window needs only the recent ones
             "failed": self.failed,
             "stopped": self.stopped,
+            "relaunches": self.relaunches[-20:],
         }
 
     @classmethod
@@ -349,4 +462,5 @@ class SupervisionRecord:
             restarts=list(doc.get("restarts") or []),
             failed=doc.get("failed"),
             stopped=doc.get("stopped"),
+            relaunches=list(doc.get("relaunches") or []),
         )

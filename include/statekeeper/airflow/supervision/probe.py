@@ -60,16 +60,20 @@ def observe(
     status_timeout_s: float,
     identity: AppProcessIdentity | None = None,
 ) -> Observation:
-    """Check the process (when ``identity`` is given) and read the status of this launch."""
+    """Check the process (when ``identity`` is given) and read the status of this launch;
+    a process found gone carries its intended-stop record, if somebody stopped it on
+    purpose."""
     now = time.time()
     alive, detail = identity.alive() if identity is not None else (None, "")
+    stop = identity.intended_stop() if identity is not None and alive is False else None
+    intended = stop.to_json() if stop is not None else None
     from_file, mtime = read_status_file(status_file)
     from_file = of_launch(from_file, launched_at)
     url = (from_file or {}).get("status_url")
     if url and (from_file or {}).get("state") not in ("NOT_RUNNING", "ERROR"):
         live = of_launch(get_status(url, status_timeout_s), launched_at)
         if live is not None:
-            return Observation(now, alive, detail, live, time.time(), "url")
+            return Observation(now, alive, detail, live, time.time(), "url", intended)
     if from_file is not None:
-        return Observation(now, alive, detail, from_file, mtime, "file")
-    return Observation(now, alive, detail)
+        return Observation(now, alive, detail, from_file, mtime, "file", intended)
+    return Observation(now, alive, detail, intended_stop=intended)

@@ -6,6 +6,9 @@ process is never taken for the app (nor signalled). The launched process leads i
 session and process group (``start_new_session``): the group holds the Spark JVM, the
 Python driver and the Python workers, so one ``killpg`` takes down all of them.
 
+A graceful stop first writes down that it was intended (:mod:`.stops`, beside the app's
+status file), so whoever finds the process gone later does not take it for a crash.
+
 Linux only (``/proc``); from another host (``host`` differs) the process cannot be checked
 and callers get ``None``.
 """
@@ -18,8 +21,15 @@ import signal
 import socket
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
+from statekeeper.airflow.supervision.stops import (
+    CALLER_RELAUNCHES,
+    IntendedStop,
+    intended_stop_of,
+    record_intended_stop,
+)
 from statekeeper.procfs import boot_id, group_members, proc_stat
 
 
@@ -84,6 +94,15 @@ class AppProcessIdentity:
             return False, f"pid {self.pid} exited (zombie)"
         return True, f"pid {self.pid} running (state {stat.state})"
 
+    @property
+    def app_dir(self) -> Path:
+        """The folder of the app's status file, where its intended stops are written."""
+        return Path(self.status_file).parent
+
+    def intended_stop(self) -> IntendedStop | None:
+        """The record saying this launch was stopped on purpose, if there is one."""
+        return intended_stop_of(self.app_dir, self.pid, self.start_ticks)
+
     def group_may_be_signalled(self) -> bool:
         """The process group may be signalled: its leader is ours or gone. A pid is never
         reused while a process group of that id has members, so a gone leader's group is
@@ -138,9 +157,13 @@ def stop_app(
     *,
     target: str = "spark-submit",
     driver_pid: int | None = None,
+    by: str = "a graceful stop",
+    then: str = CALLER_RELAUNCHES,
 ) -> StopResult:
-    """Stop gracefully: SIGTERM, wait up to ``timeout_s`` for the whole group to exit, then
-    kill -9 the group.
+    """Stop gracefully: write down the intended stop (``by``, ``then``: see
+    :mod:`~statekeeper.airflow.supervision.stops`), SIGTERM, wait up to ``timeout_s`` for
+    the whole group to exit, then kill -9 the group. Whoever finds the process gone later
+    (a watch, the next reconcile) reads the record and does not take the exit for a crash.
 
     ``target`` "spark-submit": SIGTERM to the launched process (the driver JVM), whose stop
     hook (statekeeper.spark.jvm_shutdown) has the Python driver finish the running batch,
@@ -160,6 +183,7 @@ def stop_app(
                 f"process group {identity.pid}"
             )
         pid, name = driver_pid, f"the Python driver (pid {driver_pid})"
+    record_intended_stop(identity.app_dir, identity.pid, identity.start_ticks, by=by, then=then)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     if wait_group_gone(identity, timeout_s):

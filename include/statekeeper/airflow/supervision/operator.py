@@ -1,0 +1,503 @@
+"""The supervising step the ``statekeeper_apps`` and ``statekeeper_app_actions`` DAGs run:
+:class:`SupervisedAppOperator`, the reconcile step of
+:class:`~statekeeper.airflow.operators.supervisor.StatekeeperAppSupervisorOperator` (launch
+identity in the task and asset state stores, detached launch, deferred watch, backoff,
+restart limit, upgrade modes), plus what makes it trustworthy to an operator:
+
+- **Intended stops are not crashes.** Every stop asked for (``action=stop|restart|
+  redeploy``, ``make down``) is written down beside the app's status file before the app is
+  signalled (:mod:`~statekeeper.airflow.supervision.stops`). A process found gone with such
+  a record is relaunched at once when the stop was the platform's (``then: relaunch``),
+  recorded under ``relaunches``, and never counted towards FAILED; only unplanned exits are
+  restarts.
+- **Continuous watching.** A step watches for ``watch_period_s`` (the DAG's schedule
+  interval: the next run, queued behind this one, starts as it ends), relaunches included: a
+  relaunched app is watched at once, by the same step. A watch that finds its launch
+  replaced by another task (an ``action=restart`` run) watches the new launch instead.
+- **Restarts are visible.** A step in which the app had to be restarted ends *failed*
+  (``restarted_step_fails``, default on) with the restarts and reasons in its log, its
+  error and XCom ``restart``/``step``, although the app runs again; a FAILED app's step
+  fails naming the remedy. The supervision record is copied beside the app's status file
+  (:mod:`~statekeeper.airflow.supervision.summary`) for the State stores page and
+  ``statekeeper platform status``.
+- **Actions act at once.** With ``actions_only`` (the ``statekeeper_app_actions`` DAG, no
+  ``max_active_runs`` queue behind a running watch) a step performs the requested action and
+  returns; apps the run is not for are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from statekeeper.airflow.operators.supervisor import (
+    StatekeeperAppSupervisorOperator,
+    SupervisionStore,
+    _when,
+)
+from statekeeper.airflow.supervision.policy import (
+    INTENDED_STOP,
+    SupervisionConfig,
+    SupervisionRecord,
+    decide_restart,
+)
+from statekeeper.airflow.supervision.process import (
+    AppProcessIdentity,
+    kill_group,
+    stop_app,
+    wait_group_gone,
+)
+from statekeeper.airflow.supervision.stops import (
+    CALLER_RELAUNCHES,
+    STAY_STOPPED,
+    IntendedStop,
+)
+from statekeeper.airflow.supervision.summary import remedy, write_supervision_file
+
+#: How long a watch whose launch an action stopped waits for that action's new launch.
+HANDOVER_WAIT_S = 120.0
+#: Poll interval of that wait.
+HANDOVER_POLL_S = 2.0
+
+
+class FileMirroredSupervisionStore(SupervisionStore):
+    """The supervision record in Airflow's state stores, copied beside the app's status file
+    at each save (the page and ``platform status`` read the copy)."""
+
+    def __init__(
+        self, context: Any, application_id: str, app_dir: Any, config: SupervisionConfig
+    ) -> None:
+        super().__init__(context, application_id)
+        self.app_dir = app_dir
+        self.config = config
+
+    def save(self, record: SupervisionRecord) -> None:
+        super().save(record)
+        self.mirror(record)
+
+    def mirror(self, record: SupervisionRecord) -> None:
+        """Write the copy only (e.g. at the start of a step, so it is there and current
+        whatever the step then does)."""
+        with contextlib.suppress(OSError):  # the copy is for people; Airflow's is the record
+            write_supervision_file(self.app_dir, record, self.config)
+
+
+class SupervisedAppOperator(StatekeeperAppSupervisorOperator):
+    """Keep one app running (see the module doc); the arguments of
+    :class:`StatekeeperAppSupervisorOperator`, plus ``actions_only``: perform the run's
+    ``action`` (stop | restart | redeploy) and return without watching, skipping apps the
+    run is not for (the actions DAG)."""
+
+    def __init__(self, *, actions_only: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.actions_only = actions_only
+
+    # -- pieces ----------------------------------------------------------------------------
+
+    def _store(self, context: Any, hook: Any, cfg: SupervisionConfig) -> SupervisionStore:
+        app_dir = hook.settings.status_path().absolute().parent
+        return FileMirroredSupervisionStore(context, self.application_id, app_dir, cfg)
+
+    def _pieces(self, context: Any) -> tuple[Any, SupervisionConfig, SupervisionStore]:
+        hook = self.spark_hook()
+        cfg = self.config(hook)
+        return hook, cfg, self._store(context, hook, cfg)
+
+    def _run_label(self, context: Any) -> str:
+        return f"run {context.get('run_id')}"
+
+    # -- execute ---------------------------------------------------------------------------
+
+    def execute(self, context: Any) -> Any:
+        hook, cfg, store = self._pieces(context)
+        if hook.application_id != self.application_id:
+            raise AirflowFailException(
+                f"{self.spec_path} is app {hook.application_id!r}, not {self.application_id!r}"
+            )
+        if store.get("pending_restart"):  # a retry of a step that died during its backoff
+            return self.relaunch_after_backoff(context)
+        if store.get("watch_until") is None:
+            store.put("watch_until", time.time() + cfg.watch_period_s)
+        record = store.load()
+        if isinstance(store, FileMirroredSupervisionStore):
+            store.mirror(record)
+        action = self.requested_action()
+        self.log.info("%s: action %s, record %s", self.application_id, action, record.to_json())
+        if self.actions_only and action == "reconcile":
+            raise AirflowSkipException(
+                f"{self.application_id} is not among the apps this run acts on ({self.apps})"
+            )
+        if action == "stop":
+            why = f"action=stop ({self._run_label(context)})"
+            result = self._stop_as(record, cfg, why, STAY_STOPPED)
+            record.stopped = {"at": time.time(), "run_id": context["run_id"], "by": why}
+            store.save(record)
+            return result
+        if action in ("restart", "redeploy"):
+            why = f"action={action} ({self._run_label(context)})"
+            stopped = self._stop_as(record, cfg, why, CALLER_RELAUNCHES)
+            record.failed = record.stopped = None
+            record.restarts = []
+            store.save(record)  # stopped and cleared, even if the upgrade below fails
+            extra: dict[str, Any] = {}
+            mode = None
+            if action == "redeploy":
+                mode = self.upgrade_mode
+                extra = self._apply_upgrade_mode(hook, context)
+            identity = self._launch(context, hook, store, record, f"action={action}", extra, mode)
+            result = {
+                "action": action,
+                "application_id": self.application_id,
+                "stopped": stopped,
+                "pid": identity.pid,
+                "launched_at": identity.launched_at,
+                "log_path": identity.log_path,
+            }
+            if self.actions_only:
+                return result
+            return self._watch_on(context, store, record, cfg)
+        return self._reconcile(context, hook, cfg, store, record)
+
+    def _reconcile(
+        self, context: Any, hook: Any, cfg: SupervisionConfig, store: SupervisionStore,
+        record: SupervisionRecord,
+    ) -> Any:  # fmt: skip
+        app = self.application_id
+        if not hook.spec.enabled:
+            result = self._stop_as(
+                record, cfg, "disabled in its spec (enabled: false)", STAY_STOPPED
+            )
+            store.save(record)
+            return result
+        if record.failed:
+            raise AirflowFailException(
+                f"{app} is FAILED since {_when(record.failed['at'])}: {record.failed['reasons']} "
+                f"({record.failed['explanation']}); not relaunched. Remedy: {remedy(app)}"
+            )
+        if record.stopped:
+            raise AirflowSkipException(
+                f"{app} was stopped by an operator at {_when(record.stopped['at'])}; trigger "
+                f"the statekeeper_app_actions DAG with action=restart to start it again"
+            )
+        if record.identity:
+            identity = AppProcessIdentity.from_json(record.identity)
+            alive, detail = identity.alive()
+            if alive is not False:
+                self.log.info("%s: reconnecting to the running launch (%s)", app, detail)
+                store.put("step", {"step": "reconnected", "pid": identity.pid})
+                return self._watch_on(context, store, record, cfg)
+            stop = identity.intended_stop()
+            if stop is not None:
+                return self._after_intended_stop(context, store, record, cfg, identity, stop)
+            violation = {
+                "kind": "process_gone",
+                "reason": f"process gone: {detail} (found at reconcile)",
+            }
+            return self._unhealthy(context, store, record, cfg, [violation])
+        self._launch(context, hook, store, record, "not running")
+        return self._watch_on(context, store, record, cfg)
+
+    # -- watching --------------------------------------------------------------------------
+
+    def _watch_on(
+        self, context: Any, store: SupervisionStore, record: SupervisionRecord,
+        cfg: SupervisionConfig,
+    ) -> Any:  # fmt: skip
+        """Watch the recorded launch for the rest of this step's period (defers), or end the
+        step when the period is over."""
+        from statekeeper.airflow.triggers.app_health import AppHealthTrigger
+
+        identity = record.identity or {}
+        until = float(store.get("watch_until") or time.time() + cfg.watch_period_s)
+        left = until - time.time()
+        if not identity or left <= 0 or self.actions_only:
+            return self._finish(context, store, record, cfg, {})
+        period = max(left, cfg.check_interval_s)
+        store.put("watching", identity)
+        self.defer(
+            trigger=AppHealthTrigger(
+                application_id=self.application_id,
+                status_file=identity["status_file"],
+                launched_at=identity["launched_at"],
+                config=cfg.model_copy(update={"watch_period_s": period}).model_dump(),
+                identity=identity,
+                mode="watch",
+            ),
+            method_name="on_health_event",
+        )
+
+    def on_health_event(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resumed by the trigger: healthy to the end → the step ends; an intended stop → as
+        its record says; unhealthy → restart (watched on) or FAILED."""
+        event = event or {}
+        _hook, cfg, store = self._pieces(context)
+        record = store.load()
+        if event.get("healthy"):
+            return self._finish(context, store, record, cfg, event)
+        watched = AppProcessIdentity.from_json(store.get("watching") or record.identity or {})
+        violations = event.get("violations") or []
+        recorded = float((record.identity or {}).get("launched_at", -1))
+        if abs(recorded - float(event.get("launched_at", -2))) > 1e-3:
+            # Another task (an action run) replaced or stopped the launch this step watched.
+            return self._handover(context, store, record, cfg, f"launch {watched.pid} replaced")
+        if any(v.get("kind") == INTENDED_STOP for v in violations):
+            stop = watched.intended_stop()
+            if stop is not None:
+                return self._after_intended_stop(context, store, record, cfg, watched, stop)
+        return self._unhealthy(context, store, record, cfg, violations)
+
+    def _after_intended_stop(
+        self, context: Any, store: SupervisionStore, record: SupervisionRecord,
+        cfg: SupervisionConfig, gone: AppProcessIdentity, stop: IntendedStop,
+    ) -> Any:  # fmt: skip
+        """The recorded launch ``gone`` was stopped on purpose: relaunch it (uncounted) when
+        the platform stopped it, keep it stopped for an operator's stop, leave it to the
+        task that stopped it when that task relaunches it."""
+        app = self.application_id
+        self.log.info("%s: pid %d %s (then: %s)", app, gone.pid, stop.describe(), stop.then)
+        if stop.then == STAY_STOPPED:
+            if not record.stopped:  # the stopping task had not recorded it (yet)
+                record.identity = None
+                record.stopped = {"at": stop.at, "by": stop.by, "run_id": context["run_id"]}
+                store.save(record)
+            return self._finish(context, store, record, cfg, {}, note=stop.describe())
+        if stop.then == CALLER_RELAUNCHES:
+            return self._handover(context, store, record, cfg, stop.describe())
+        return self._relaunch_uncounted(context, store, record, cfg, stop.by, stop.at)
+
+    def _relaunch_uncounted(
+        self, context: Any, store: SupervisionStore, record: SupervisionRecord,
+        cfg: SupervisionConfig, by: str, stopped_at: float,
+    ) -> Any:  # fmt: skip
+        """Launch again after an intended stop: recorded under ``relaunches``, no backoff,
+        not a restart; watched on at once."""
+        when = _when(stopped_at)
+        record.identity = None
+        record.relaunches.append(
+            {"at": time.time(), "by": by, "stopped_at": stopped_at, "run_id": context["run_id"]}
+        )
+        store.save(record)
+        why = f"relaunch after it was stopped as intended by {by} at {when}"
+        self._launch(context, self.spark_hook(), store, record, why)
+        store.put("notes", [*(store.get("notes") or []), f"{why} (not a restart)"])
+        return self._watch_on(context, store, record, cfg)
+
+    def _handover(
+        self, context: Any, store: SupervisionStore, record: SupervisionRecord,
+        cfg: SupervisionConfig, why: str,
+    ) -> Any:  # fmt: skip
+        """The watched launch was stopped or replaced by another task: watch its new launch
+        for the rest of the period; wait (deferred) while that task is between its stop and
+        its launch; end when the app is to stay stopped."""
+        watching = store.get("watching") or {}
+        current = record.identity or {}
+        if record.stopped or record.failed:
+            store.put("handover_since", None)
+            return self._finish(context, store, record, cfg, {}, note=f"{why}; not running now")
+        if current and current.get("launched_at") != watching.get("launched_at"):
+            self.log.info(
+                "%s: %s; watching the new launch (pid %s) for the rest of the period",
+                self.application_id,
+                why,
+                current.get("pid"),
+            )
+            notes = [*(store.get("notes") or []), f"{why}; now watching pid {current.get('pid')}"]
+            store.put("notes", notes)
+            store.put("handover_since", None)
+            return self._watch_on(context, store, record, cfg)
+        since = float(store.get("handover_since") or time.time())
+        store.put("handover_since", since)
+        if time.time() - since > HANDOVER_WAIT_S + cfg.stop_timeout_s:
+            store.put("handover_since", None)
+            self.log.warning(
+                "%s: %s, and no new launch came: relaunching", self.application_id, why
+            )
+            return self._relaunch_uncounted(
+                context, store, record, cfg, f"{why} (its relaunch did not come)", since
+            )
+        from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+
+        store.put("handover_why", why)
+        self.defer(
+            trigger=TimeDeltaTrigger(timedelta(seconds=HANDOVER_POLL_S)),
+            method_name="on_handover_poll",
+        )
+
+    def on_handover_poll(self, context: Any, event: Any = None) -> Any:
+        """Resumed while waiting for another task's relaunch (see :meth:`_handover`)."""
+        _hook, cfg, store = self._pieces(context)
+        return self._handover(
+            context, store, store.load(), cfg, store.get("handover_why") or "handed over"
+        )
+
+    # -- failures --------------------------------------------------------------------------
+
+    def _unhealthy(
+        self, context: Any, store: SupervisionStore, record: SupervisionRecord,
+        cfg: SupervisionConfig, violations: list[dict[str, Any]],
+    ) -> Any:  # fmt: skip
+        app = self.application_id
+        reasons = "; ".join(v["reason"] for v in violations) or "unknown"
+        self.log.warning("%s unhealthy: %s", app, reasons)
+        if record.identity:
+            identity = AppProcessIdentity.from_json(record.identity)
+            if kill_group(identity):  # stalled or half-dead: nothing graceful is left to ask
+                self.log.warning("%s: killed what was left of process group %d", app, identity.pid)
+            wait_group_gone(identity, 30.0)
+        record.identity = None
+        now = time.time()
+        decision = decide_restart(cfg, record.restarts, now)
+        if decision.action == "fail":
+            record.failed = {
+                "at": now,
+                "reasons": reasons,
+                "kinds": [v["kind"] for v in violations],
+                "explanation": decision.explanation,
+                "run_id": context["run_id"],
+            }
+            store.save(record)
+            context["ti"].xcom_push(key="failed", value={**record.failed, "remedy": remedy(app)})
+            raise AirflowFailException(
+                f"{app} marked FAILED: {decision.explanation}; last failure: {reasons}. Not "
+                f"relaunched until an operator acts. Remedy: {remedy(app)}"
+            )
+        store.save(record)
+        store.put(
+            "pending_restart",
+            {
+                "violations": violations,
+                "reasons": reasons,
+                "backoff_s": decision.backoff_s,
+                "explanation": decision.explanation,
+                "detected_at": now,
+            },
+        )
+        self.log.warning("%s: %s", app, decision.explanation)
+        if decision.backoff_s > 0:
+            from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+
+            self.defer(
+                trigger=TimeDeltaTrigger(timedelta(seconds=decision.backoff_s)),
+                method_name="relaunch_after_backoff",
+            )
+        return self.relaunch_after_backoff(context)
+
+    def relaunch_after_backoff(self, context: Any, event: Any = None) -> Any:
+        """After the backoff: relaunch, record the restart and its reason, watch on."""
+        hook, cfg, store = self._pieces(context)
+        pending = store.get("pending_restart") or {}
+        record = store.load()
+        identity = self._launch(context, hook, store, record, f"restart: {pending.get('reasons')}")
+        ti = context["ti"]
+        restart = {
+            "at": identity.launched_at,
+            "kinds": [v.get("kind") for v in pending.get("violations", [])],
+            "reason": pending.get("reasons"),
+            "backoff_s": pending.get("backoff_s"),
+            "run_id": context["run_id"],
+            "try_number": getattr(ti, "try_number", None),
+            "pid": identity.pid,
+        }
+        record.restarts.append(restart)
+        store.save(record)
+        store.put("pending_restart", None)
+        result = {
+            "action": "restarted",
+            "application_id": self.application_id,
+            "reasons": pending.get("reasons"),
+            "restart": len(record.restarts),
+            "explanation": pending.get("explanation"),
+            "backoff_s": pending.get("backoff_s"),
+            "pid": identity.pid,
+            "launched_at": identity.launched_at,
+            "log_path": identity.log_path,
+        }
+        ti.xcom_push(key="restart", value=result)
+        store.put("step_restarts", [*(store.get("step_restarts") or []), result])
+        self.log.warning("%s RESTARTED (%s): %s", self.application_id, restart["reason"], result)
+        return self._watch_on(context, store, record, cfg)
+
+    # -- the end of a step -----------------------------------------------------------------
+
+    def _finish(
+        self, context: Any, store: SupervisionStore, record: SupervisionRecord,
+        cfg: SupervisionConfig, event: dict[str, Any], note: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """The step's result (XCom ``return_value`` and ``step``); fails the step when the
+        app had to be restarted in it (``restarted_step_fails``), naming the restarts."""
+        step = store.get("step") or {}
+        restarts = store.get("step_restarts") or []
+        notes = [*(store.get("notes") or []), *([note] if note else [])]
+        result = {
+            "action": "restarted" if restarts else step.get("step", "watched"),
+            "application_id": self.application_id,
+            "pid": (record.identity or {}).get("pid"),
+            "checks": event.get("checks"),
+            "status": event.get("status"),
+            "restarts": restarts,
+            "notes": notes,
+        }
+        if restarts:
+            last = restarts[-1]
+            result.update(
+                {k: last[k] for k in ("reasons", "restart", "backoff_s", "launched_at", "log_path")}
+            )
+        context["ti"].xcom_push(key="step", value=result)
+        if restarts and cfg.restarted_step_fails:
+            reasons = "; ".join(str(r.get("reasons")) for r in restarts)
+            state = (event.get("status") or {}).get("state") or "launched"
+            raise AirflowFailException(
+                f"{self.application_id} was RESTARTED {len(restarts)}x in this step ({reasons}); "
+                f"it runs again (pid {result['pid']}, {state}). This step fails so the restart "
+                f"shows in the grid (supervision restarted_step_fails=false: it succeeds)"
+            )
+        self.log.info("%s step done: %s", self.application_id, result)
+        return result
+
+    # -- stop --------------------------------------------------------------------------------
+
+    def _stop_as(
+        self, record: SupervisionRecord, cfg: SupervisionConfig, why: str, then: str
+    ) -> dict[str, Any]:
+        """Gracefully stop the recorded launch (if any), its intended stop written first
+        (``then``: what should follow); the record forgets the launch."""
+        if not record.identity:
+            return {
+                "action": "stop",
+                "application_id": self.application_id,
+                "why": why,
+                "outcome": "not_running",
+            }
+        from statekeeper.airflow.supervision.probe import of_launch, read_status_file
+
+        identity = AppProcessIdentity.from_json(record.identity)
+        doc = of_launch(read_status_file(identity.status_file)[0], identity.launched_at)
+        result = stop_app(
+            identity,
+            cfg.stop_timeout_s,
+            target=cfg.stop_signal_target,
+            driver_pid=(doc or {}).get("pid"),
+            by=why,
+            then=then,
+        )
+        record.identity = None
+        self.log.info(
+            "%s stopped (%s): %s after SIGTERM to %s, %.1fs",
+            self.application_id,
+            why,
+            result.outcome,
+            result.signalled or "nothing",
+            result.seconds,
+        )
+        return {
+            "action": "stop",
+            "application_id": self.application_id,
+            "why": why,
+            "outcome": result.outcome,
+            "signalled": result.signalled,
+            "seconds": round(result.seconds, 2),
+        }
