@@ -43,9 +43,14 @@ class StatusBoard:
         self._providers.append(provider)
 
     def update(self, **fields: Any) -> None:
+        """Merge ``fields``; a new ``state`` also sets ``state_since`` (epoch seconds), so a
+        supervisor can tell how long the app has been in it (e.g. hung in REBALANCING)."""
         with self._lock:
+            now = time.time()
+            if "state" in fields and fields["state"] != self._doc.get("state"):
+                self._doc["state_since"] = now
             self._doc.update(fields)
-            self._doc["updated_at"] = time.time()
+            self._doc["updated_at"] = now
         self.write_file()
 
     def update_task(self, task_id: str, **fields: Any) -> None:
