@@ -34,3 +34,31 @@ def test_only_regular_files_inside_the_report_directory_are_served(tmp_path):
         with pytest.raises(HTTPException) as raised:
             report_file(report, refused)
         assert raised.value.status_code == 404, refused
+
+
+def test_nul_control_and_invalid_characters_are_404_not_an_exception(tmp_path):
+    from statekeeper.airflow.plugin.web_app import is_clean, require_clean
+
+    report = tmp_path / "d1"
+    report.mkdir()
+    (report / "report.html").write_text("r")
+    for bad in (
+        "report\x00.html",
+        "\x00",
+        "report.html\x00",
+        "data_docs\x00/index.html",
+        "\x01report.html",
+        "report\x7f.html",
+        "report\ufffd.html",  # bytes that were not UTF-8
+        "report\udcff.html",  # a lone surrogate (surrogateescape)
+        "x" * 5000,  # longer than a file name may be
+    ):
+        with pytest.raises(HTTPException) as raised:
+            report_file(report, bad)
+        assert raised.value.status_code == 404, repr(bad)
+    assert is_clean("word-count") and is_clean("données/rapport é.html")
+    assert not is_clean("a\x00b") and not is_clean("a\nb") and not is_clean("\x9b")
+    require_clean("word-count", "d1", "report.html")
+    with pytest.raises(HTTPException) as raised:
+        require_clean("word-count", "d1\x00", "report.html")
+    assert raised.value.status_code == 404

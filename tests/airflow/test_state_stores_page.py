@@ -383,6 +383,63 @@ def test_report_files_outside_the_drill_report_directory_are_refused(stack):
     )
 
 
+def test_nul_and_invalid_bytes_in_a_path_are_404_never_500(stack):
+    drill = f"{stack.base_url}/statekeeper/drills/{stack.app_id}/{stack.drill_id}"
+    apps = f"{stack.base_url}/statekeeper/api/apps"
+    for url in (
+        f"{drill}/report%00.html",
+        f"{drill}/%00",
+        f"{drill}/data_docs%00/index.html",
+        f"{drill}/report.html%00",
+        f"{drill}/%01report.html",
+        f"{drill}/report%FF.html",  # not UTF-8
+        f"{drill}/%C0%AE%C0%AE/history.sqlite",  # overlong '..'
+        f"{stack.base_url}/statekeeper/drills/{stack.app_id}%00/{stack.drill_id}/report.html",
+        f"{stack.base_url}/statekeeper/drills/{stack.app_id}/{stack.drill_id}%00/report.html",
+        f"{apps}/{stack.app_id}%00",
+        f"{apps}/%FF",
+        f"{stack.base_url}/statekeeper/static/state_stores.js%00",
+    ):
+        code, body = _get(url, token=stack.token)
+        assert code == 404, (url, code, body[:300])
+        assert b"Traceback" not in body
+    assert _get(f"{drill}/report.html", token=stack.token)[0] == 200
+
+
+def _supervised(stack: Stack) -> dict[str, Any]:
+    """What the supervising DAG writes beside the app's status file after restarting it once
+    (the same writer, statekeeper.airflow.supervision.summary): the running launch's identity
+    and one restart with its reason."""
+    from statekeeper.airflow.supervision.policy import SupervisionConfig, SupervisionRecord
+    from statekeeper.airflow.supervision.process import AppProcessIdentity
+    from statekeeper.airflow.supervision.summary import write_supervision_file
+
+    status_file = stack.app.status_file
+    started = float((stack.app.status() or {}).get("started_at") or time.time())
+    identity = AppProcessIdentity.of_launched(
+        stack.app_id, stack.app.proc.pid, started - 1, "app.log", str(status_file), []
+    )
+    restart = {
+        "at": started - 1,
+        "kinds": ["process_gone"],
+        "reason": "process gone: pid 4242 exited",
+        "run_id": "scheduled__test",
+    }
+    record = SupervisionRecord(stack.app_id, identity=identity.to_json(), restarts=[restart])
+    write_supervision_file(status_file.parent, record, SupervisionConfig(max_restarts=5))
+    return restart
+
+
+def test_the_overview_carries_the_supervision_record(stack):
+    restart = _supervised(stack)
+    code, body = _get(f"{stack.base_url}/statekeeper/api/apps/{stack.app_id}", token=stack.token)
+    sup = json.loads(body)["supervision"]
+    assert code == 200 and sup["condition"] == "RUNNING", sup
+    assert (sup["restarts_in_window"], sup["max_restarts"]) == (1, 5)
+    assert sup["last_restart"]["reason"] == restart["reason"] and sup["uptime_s"] > 0
+    assert sup["failed"] is None
+
+
 def _browser() -> Any:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -406,6 +463,7 @@ def test_the_page_in_the_airflow_ui_shows_the_app_stores_snapshot_and_drill(stac
     from selenium.webdriver.support.ui import WebDriverWait
 
     started = time.perf_counter()
+    _supervised(stack)
     screenshot = _screenshot_path()
     driver = _browser()
     try:
@@ -427,6 +485,11 @@ def test_the_page_in_the_airflow_ui_shows_the_app_stores_snapshot_and_drill(stac
             ec.presence_of_element_located((By.CSS_SELECTOR, f"tr[data-app='{stack.app_id}']"))
         )
         assert "RUNNING" in row.text
+        # Supervision: its condition, the restarts within the window and the last reason.
+        cell = row.find_element(By.CSS_SELECTOR, ".supervision")
+        assert cell.get_attribute("data-restarts") == "1" and "1 restart(s)" in cell.text
+        reason = driver.find_element(By.CSS_SELECTOR, f"#app-{stack.app_id} .last-restart")
+        assert "process gone: pid 4242 exited" in reason.text
         body = driver.find_element(By.TAG_NAME, "body").text
         assert "word-counts" in body  # its stores
         assert all(snapshot_id in body for snapshot_id in stack.snapshot_ids)  # latest snapshots

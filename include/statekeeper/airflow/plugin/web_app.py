@@ -9,6 +9,15 @@ Routes (all ``GET``):
 - ``/drills/{app}/{drill_id}/{path}`` — a file of that drill's report directory (report.html,
   record.json, data_docs/...), as the drill history records the directory.
 
+Each app of the overview carries ``supervision``: what the supervising DAG knows (its
+condition, restarts within the window with the last reason and time, relaunches after
+intended stops, uptime, FAILED with the remedy), from the supervision record's copy beside
+the app's status file (:mod:`statekeeper.airflow.supervision.summary`).
+
+Path parameters are names and relative file paths: one holding a NUL, another control
+character or bytes that are not UTF-8 (decoded to U+FFFD) names nothing here, so it is
+answered 404 before any file system call (which would raise on a NUL).
+
 Airflow mounts plugin apps without its auth, so the whole app depends on Airflow's own check
 (:func:`airflow.api_fastapi.core_api.security.requires_access_view` for the ``PLUGINS``
 view): the user comes from a Bearer token or the UI's ``_token`` cookie, and a request
@@ -91,6 +100,7 @@ def create_app(spec_paths: SpecPaths = discovered_spec_paths) -> FastAPI:
         data = gather_overview(paths)
         for entry in data["apps"]:
             _add_links(entry)
+            _add_supervision(entry)
         return data
 
     @app.get("/api/apps/{application_id}")
@@ -98,41 +108,82 @@ def create_app(spec_paths: SpecPaths = discovered_spec_paths) -> FastAPI:
         from statekeeper.ops.overview import app_overview
         from statekeeper.ops.overview.overview import spec_of
 
+        require_clean(application_id)
         try:
             path = spec_of(spec_paths(), application_id)
         except ConfigError as exc:
             raise HTTPException(404, str(exc)) from None
-        return _add_links(app_overview(path))
+        return _add_supervision(_add_links(app_overview(path)))
 
     @app.get("/drills/{application_id}/{drill_id}/{file_path:path}")
     def drill_file(application_id: str, drill_id: str, file_path: str) -> FileResponse:
         from statekeeper.ops.overview import drill_report_dir
 
+        require_clean(application_id, drill_id, file_path)
         try:
             root = drill_report_dir(spec_paths(), application_id, drill_id)
-        except ConfigError as exc:
-            raise HTTPException(404, str(exc)) from None
+        except (ConfigError, ValueError, OSError) as exc:
+            raise HTTPException(404, f"no drill {drill_id!r} of {application_id!r}") from exc
         return FileResponse(report_file(root, file_path or "report.html"))
 
     return app
 
 
+def is_clean(text: str) -> bool:
+    """Whether ``text`` can name something here: no NUL or other control character, no
+    U+FFFD (bytes that were not UTF-8) and no lone surrogate."""
+    return not any(
+        ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0 or ch == "\ufffd" or 0xD800 <= ord(ch) < 0xE000
+        for ch in text
+    )
+
+
+def require_clean(*texts: str) -> None:
+    """HTTPException 404 unless every path parameter :func:`is_clean`."""
+    if not all(is_clean(text) for text in texts):
+        raise HTTPException(404, "no such path: it holds a NUL, control or invalid character")
+
+
 def report_file(root: Path, relative: str) -> Path:
     """``relative`` inside the report directory ``root``; HTTPException 404 for a path that
-    leaves it (``..``, absolute, a symlink out), names a hidden entry (the kept sandbox), or
-    is not a file."""
+    leaves it (``..``, absolute, a symlink out), names a hidden entry (the kept sandbox),
+    holds a NUL, control or invalid character, or is not a file."""
     parts = PurePosixPath(relative).parts
     if (
         not parts
+        or not is_clean(relative)
         or relative.startswith("/")
         or any(p in ("..", "") or p.startswith(".") for p in parts)
     ):
         raise HTTPException(404, f"no report file {relative!r}")
-    base = root.resolve()
-    target = base.joinpath(*parts).resolve()
-    if not target.is_relative_to(base) or not target.is_file():
+    try:
+        base = root.resolve()
+        target = base.joinpath(*parts).resolve()
+        found = target.is_relative_to(base) and target.is_file()
+    except (OSError, ValueError):  # too long a name, a loop of links, ...
+        found = False
+    if not found:
         raise HTTPException(404, f"no report file {relative!r}")
     return target
+
+
+def supervision_of(spec_path: str | Path) -> dict[str, Any]:
+    """The supervision summary of the app of ``spec_path`` (see
+    :func:`statekeeper.airflow.supervision.summary.summarize`)."""
+    from statekeeper.airflow.supervision.probe import read_status_file
+    from statekeeper.airflow.supervision.process import AppProcessIdentity
+    from statekeeper.airflow.supervision.summary import read_supervision_file, summarize
+    from statekeeper.app.spec import load_app_spec
+
+    spec = load_app_spec(spec_path)
+    status_path = spec.resolved_settings().status_path().absolute()
+    record = read_supervision_file(status_path.parent)
+    identity = (record or {}).get("identity")
+    alive = AppProcessIdentity.from_json(identity).alive()[0] if identity else None
+    if record is not None and not identity:
+        alive = False
+    status, _mtime = read_status_file(status_path)
+    return summarize(spec.application_id, record, status, process_alive=alive)
 
 
 def _add_links(app: dict[str, Any]) -> dict[str, Any]:
@@ -142,6 +193,19 @@ def _add_links(app: dict[str, Any]) -> dict[str, Any]:
             name: drill_report_path(app["application_id"], drill["drill_id"], rel)
             for name, rel in (drill.get("files") or {}).items()
         }
+    return app
+
+
+def _add_supervision(app: dict[str, Any]) -> dict[str, Any]:
+    """The app gets ``supervision`` (None, and an ``errors`` entry, when it cannot be read)."""
+    if (app.get("errors") or {}).get("spec"):  # already one broken row
+        app["supervision"] = None
+        return app
+    try:
+        app["supervision"] = supervision_of(app["spec_path"])
+    except Exception as exc:  # shown on the page, like the overview's other sections
+        app["supervision"] = None
+        app.setdefault("errors", {})["supervision"] = f"{type(exc).__name__}: {exc}"
     return app
 
 

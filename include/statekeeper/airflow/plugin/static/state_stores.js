@@ -60,6 +60,51 @@ function stateBadge(app) {
   return badge("not running", "off");
 }
 
+function when(epochSeconds) {
+  return epochSeconds ? new Date(epochSeconds * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "–";
+}
+
+// What the supervising DAG knows: its condition, restarts in the window (unplanned exits
+// only; relaunches after make down / an action are not restarts), uptime, FAILED + remedy.
+function supervisionCell(sup) {
+  if (!sup) return el("span", { class: "note" }, "–");
+  const kind = sup.condition === "RUNNING" ? "ok"
+    : ["FAILED", "DOWN", "ERROR"].includes(sup.condition) ? "bad"
+    : ["STOPPED", "DISABLED", "NOT SUPERVISED"].includes(sup.condition) ? "off" : "warn";
+  const last = sup.last_restart;
+  return el("span", { class: "supervision", "data-condition": sup.condition,
+    "data-restarts": sup.restarts_in_window, title: last ? `last restart ${when(last.at)}: ${last.reason}` : "" },
+    badge(sup.condition, kind), " ",
+    el("span", { class: "restarts" }, `${sup.restarts_in_window} restart(s) in ` +
+      `${duration(sup.restart_window_s)}`),
+    sup.uptime_s !== null && sup.uptime_s !== undefined ? ` · up ${duration(sup.uptime_s)}` : "");
+}
+
+function supervisionSection(app) {
+  const sup = app.supervision;
+  if (!sup) return el("p", { class: "note" }, "No supervision record (not launched by the statekeeper_apps DAG yet).");
+  const last = sup.last_restart;
+  const relaunch = sup.last_relaunch;
+  const rows = [
+    ["Condition", supervisionCell(sup)],
+    ["Uptime", duration(sup.uptime_s)],
+    ["Restarts in window", `${sup.restarts_in_window}` +
+      (sup.max_restarts !== null && sup.max_restarts !== undefined ? ` of at most ${sup.max_restarts}` : "") +
+      ` within ${duration(sup.restart_window_s)}`],
+    ["Last restart", last ? el("span", { class: "last-restart" }, `${when(last.at)}: ${last.reason}`) : "none"],
+    ["Relaunches after intended stops", relaunch
+      ? `${sup.relaunches_in_window} (last ${when(relaunch.at)}, stopped by ${relaunch.by})` : "none"],
+  ];
+  if (sup.failed) {
+    rows.push(["FAILED", el("span", { class: "error failed" },
+      `${when(sup.failed.at)}: ${sup.failed.reasons} (${sup.failed.explanation})`)]);
+    rows.push(["Remedy", el("span", { class: "remedy" }, sup.failed.remedy)]);
+  }
+  if (sup.stopped) rows.push(["Stopped", `${when(sup.stopped.at)} by ${sup.stopped.by || "an operator"}`]);
+  return el("table", { class: "grid kv supervision-details" },
+    el("tbody", {}, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)))));
+}
+
 function link(href, text) {
   return href ? el("a", { href: href, target: "_blank", rel: "noopener" }, text) : "–";
 }
@@ -86,6 +131,7 @@ function appRow(app) {
     el("td", {}, el("a", { href: "#app-" + app.application_id }, app.application_id)),
     el("td", { title: app.status_note || "" }, stateBadge(app), " ",
       el("span", { class: "note" }, app.running ? "" : "last status " + ago(app.status_updated_at))),
+    el("td", {}, supervisionCell(app.supervision)),
     el("td", { class: "num" }, num(app.lag)),
     el("td", {}, batch ? `#${batch.batch_id}: ${num(batch.records)} records in ` +
       `${duration(batch.seconds)}, ${ago(batch.finished_at)}` : "–"),
@@ -202,6 +248,7 @@ function appDetails(app) {
       app.status_url ? [" · status ", link(app.status_url, app.status_url)] : ""),
     errors.length ? el("ul", { class: "error" }, errors.map(([k, v]) => el("li", {}, `${k}: ${v}`))) : "",
     app.error ? el("p", { class: "error" }, "Last error: " + app.error) : "",
+    el("h3", {}, "Supervision"), supervisionSection(app),
     el("h3", {}, "Tasks and stores"), storesSection(app),
     el("h3", {}, "Snapshots"), snapshotsSection(app),
     el("h3", {}, "Restore drills"), drillsSection(app),
