@@ -71,6 +71,15 @@ def test_app_runs_in_a_caller_session_and_reports_spark_progress(
         expected = recompute(read_topic(bootstrap, "lines"))
         assert read_store(settings, topology, "word-counts", 2) == expected.counts
 
+        # A restart with no new input runs no micro-batch; caught up, it is RUNNING (not
+        # REBALANCING until input comes).
+        idle = StatekeeperApp(topology, settings)
+        seen: list[tuple[str, str]] = []
+        idle.add_state_listener(lambda new, old: seen.append((old.name, new.name)))
+        idle.run(stop_when_idle=True, idle_s=1.0)
+        assert idle.batches == []
+        assert ("REBALANCING", "RUNNING") in seen, seen
+
     # Spark's per-batch numbers, read from the query after it stopped: every batch the app
     # ran is there, and the last one ends where the input topic ends.
     progress = {p.batchId: p for p in app.recent_progress}

@@ -27,7 +27,12 @@ from statekeeper.app.batch_planner import BatchPlanner
 from statekeeper.app.batch_stats import DEFAULT_WINDOW, BatchStats
 from statekeeper.app.epoch_base import next_epoch_base
 from statekeeper.app.executor_placement import ExecutorPlacement, alive_executors
-from statekeeper.app.lifecycle import AppState, AppStateMachine, StateListener
+from statekeeper.app.lifecycle import (
+    AppState,
+    AppStateMachine,
+    StateListener,
+    settle_idle_start,
+)
 from statekeeper.app.snapshot_requests import SnapshotRequests
 from statekeeper.app.status import StatusBoard, StatusServer
 from statekeeper.app.task_totals import TaskTotals
@@ -391,6 +396,10 @@ class StatekeeperApp:
                 # Off the batch path: end offsets for the status page's source lag.
                 self._refresh_ends()
                 refreshed = time.monotonic()
+                if self.state is AppState.REBALANCING and not self._batch_lock.locked():
+                    # A start with nothing to process runs no micro-batch until input comes:
+                    # caught up, it is RUNNING now, not REBALANCING until then.
+                    settle_idle_start(self.machine, query_started=True, caught_up=self._caught_up())
                 self.snapshots.confirm_uploads()
                 self._publish_snapshots()
                 self.board.write_file()
@@ -432,6 +441,10 @@ class StatekeeperApp:
         if time.monotonic() - self._last_batch_end < idle_s or self._batch_lock.locked():
             return False
         self._refresh_ends()
+        return self._caught_up()
+
+    def _caught_up(self) -> bool:
+        """Every source partition processed to the end offsets last read."""
         return bool(self._ends) and all(
             self._positions.get(tp, 0) >= end for tp, end in self._ends.items()
         )
