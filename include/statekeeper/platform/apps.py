@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,10 @@ def app_rows(config: PlatformConfig, now: float | None = None) -> list[dict[str,
         alive: bool | None = None
         identity = (supervision or {}).get("identity")
         if identity:
-            alive = AppProcessIdentity.from_json(identity).alive()[0]
+            launch = AppProcessIdentity.from_json(identity)
+            alive = launch.alive()[0]
+            if alive is None and launch.host == socket.gethostname():
+                alive = False  # launched here before the machine restarted: gone
         elif supervision is not None:
             alive = False
         row = summarize(application_id, supervision, status, process_alive=alive, now=now)
