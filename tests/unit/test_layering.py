@@ -47,8 +47,10 @@ ALLOWED: dict[str, set[str]] = {
     "app": _RUNTIME | {"spark", "worker", "snapshots", "cluster", "standby"},
     "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster"},
     "airflow": _RUNTIME | {"spark", "worker", "app", "ops", "snapshots", "procfs", "cluster"},
-    # The embedded platform runs Airflow and the broker as processes; it imports neither.
-    "platform": _BASE | {"kafka", "procfs"},
+    # The embedded platform runs Airflow and the broker as processes; it imports neither
+    # (the third-party rule below keeps airflow out). It reads app specs and supervision's
+    # records through airflow/supervision/, whose modules import no Airflow.
+    "platform": _BASE | {"kafka", "procfs", "app", "airflow"},
     # Leaves: the command line and the public facade (statekeeper/__init__.py) call anything.
     "cli": {"*"},
     "__init__": {"*"},
