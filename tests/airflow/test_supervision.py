@@ -552,6 +552,7 @@ def test_a_crash_counts_as_a_restart_five_platform_stops_do_not(
     print(f"1 kill -9 + 5 platform stops: {time.monotonic() - started:.1f} s")
 
 
+@pytest.mark.chaos  # ~100 s: make test-chaos (keeps make test under 15 minutes)
 def test_an_app_held_in_restoring_past_its_limit_is_restarted_with_that_reason(
     airflow_db, broker, specs, monkeypatch
 ):
@@ -615,6 +616,7 @@ def _idle(status_file: Path, quiet_s: float = 6) -> None:
     _wait(idle, 120, "the app to be idle", poll_s=0.5)
 
 
+@pytest.mark.chaos  # ~100 s: make test-chaos (keeps make test under 15 minutes)
 def test_an_action_run_takes_effect_at_once_while_a_watch_runs(
     airflow_db, broker, specs, monkeypatch, tmp_path
 ):
