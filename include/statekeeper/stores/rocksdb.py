@@ -220,23 +220,17 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
     def _db_range(
         self, start: bytes | None, end: bytes | None, *, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
+        if not reverse:
+            yield from scan_range(self._db, start, end)
+            return
         it = self._db.iter()
-        if reverse:
-            it.seek_for_prev(end) if end is not None else it.seek_to_last()
-            while it.valid():
-                key = it.key()
-                if start is not None and key < start:
-                    return
-                yield key, it.value()
-                it.prev()
-        else:
-            it.seek(start) if start is not None else it.seek_to_first()
-            while it.valid():
-                key = it.key()
-                if end is not None and key > end:
-                    return
-                yield key, it.value()
-                it.next()
+        it.seek_for_prev(end) if end is not None else it.seek_to_last()
+        while it.valid():
+            key = it.key()
+            if start is not None and key < start:
+                return
+            yield key, it.value()
+            it.prev()
 
     def approximate_num_entries(self) -> int:
         self._check_open()
