@@ -689,6 +689,22 @@ def _snapshot_storage(settings: Any, create: bool = False) -> Any:
     return storage_for(settings, create=create)
 
 
+def _existing_snapshot_storage(
+    args: argparse.Namespace, settings: Any, empty: dict[str, Any]
+) -> Any | None:
+    """The app's snapshot storage, or None after saying "no snapshots yet" (an empty catalog
+    is no error: a new app has none until its first snapshot interval)."""
+    from statekeeper.snapshots.manifest import NoSnapshotsYetError
+
+    try:
+        return _snapshot_storage(settings)
+    except NoSnapshotsYetError as exc:
+        _emit(
+            args, {"application_id": settings.application_id, **empty, "note": str(exc)}, str(exc)
+        )
+        return None
+
+
 def _snapshot_filter(args: argparse.Namespace, manifests: list[Any]) -> list[Any]:
     """Manifests (or unreadable manifests: their task and store come from their path) of
     the ``--task`` and ``--store`` asked for."""
@@ -765,7 +781,9 @@ def _cmd_snapshot_list(args: argparse.Namespace) -> int:
     from statekeeper.snapshots import read_catalog
 
     settings, _ = _snapshot_target(args)
-    storage = _snapshot_storage(settings)
+    storage = _existing_snapshot_storage(args, settings, {"snapshots": [], "unreadable": []})
+    if storage is None:
+        return EXIT_OK
     catalog = read_catalog(storage)
     manifests = _snapshot_filter(args, catalog.manifests)
     unreadable = _snapshot_filter(args, catalog.unreadable)
@@ -800,7 +818,10 @@ def _cmd_snapshot_verify(args: argparse.Namespace) -> int:
     from statekeeper.snapshots.repair import default_roots
 
     settings, _ = _snapshot_target(args)
-    storage = _snapshot_storage(settings)
+    empty = {"ok": True, "snapshots": [], "unreadable": [], "repair": None}
+    storage = _existing_snapshot_storage(args, settings, empty)
+    if storage is None:
+        return EXIT_OK
     catalog = read_catalog(storage)
     unreadable = _snapshot_filter(args, catalog.unreadable)
     results = [verify_snapshot(storage, m) for m in _snapshot_filter(args, catalog.manifests)]

@@ -323,7 +323,7 @@ def test_overview_shows_the_running_app_its_stores_snapshots_drill_and_audit(sta
     assert {("1_0", "word-counts"), ("1_1", "word-counts")} <= set(stores)
     assert all(stores[(t, "word-counts")]["bytes_on_disk"] > 0 for t in ("1_0", "1_1"))
     sources = {s["restore_source"] for s in stores.values()}
-    assert sources <= {"full replay", "local state", None} and sources - {None}
+    assert sources <= {"new", "full replay", "local state", None} and sources - {None}
 
     storage = SnapshotStorage(load_app_spec(stack.spec).settings["snapshot_url"], stack.app_id)
     newest = {f"{m.task}/{m.store}": m.snapshot_id for m in list_snapshots(storage)}

@@ -107,6 +107,18 @@ def test_absent_config_is_unknown_not_a_failure(app, broker, admin) -> None:
     # The changelogs never created are reported, not failed.
     totals = next(t for t in report.topics if t.store == "totals")
     assert not totals.exists and totals.verdict == "warn"
+    assert "missing while other changelogs" in totals.reasons()[0]
+
+
+def test_an_app_that_never_started_is_not_created_yet_not_a_warning(app, broker) -> None:
+    _, _, topology = app
+    report = audit_changelogs(topology, "never-started", broker.bootstrap_servers, timeout_s=10)
+    assert report.topics and report.verdict == "ok"
+    for topic in report.topics:
+        assert not topic.exists
+        assert [(f.severity, f.message) for f in topic.findings] == [
+            ("info", "not created yet (the app creates it when it first starts)")
+        ]
 
 
 def test_short_window_retention_fails_and_fix_corrects_it(app, broker, admin) -> None:

@@ -61,8 +61,12 @@ def test_snapshot_cli_create_list_verify_prune(admin, broker, tmp_path, capsys) 
 
 def test_snapshot_cli_bad_input(tmp_path, capsys) -> None:
     url = (tmp_path / "snaps").as_uri()
-    assert main(["snapshot", "list", "--app", "no-such-app", "--url", url]) == 2
-    assert "no snapshots of app 'no-such-app'" in capsys.readouterr().err
+    # An empty catalog is no error: a new app has no snapshot until its first interval.
+    assert main(["snapshot", "list", "--app", "no-such-app", "--url", url]) == 0
+    assert "no snapshots yet of app 'no-such-app'" in capsys.readouterr().out
+    assert main(["snapshot", "verify", "--app", "no-such-app", "--url", url, "--json"]) == 0
+    empty = _json(capsys)
+    assert empty["ok"] is True and empty["snapshots"] == [] and "no snapshots yet" in empty["note"]
     assert main(["snapshot", "create", "--app", "no-such-app", "--url", url]) == 2
     assert "needs the app spec" in capsys.readouterr().err
     assert main(["snapshot", "prune", "--app", "no-such-app", "--url", url]) == 2

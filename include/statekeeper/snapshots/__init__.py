@@ -28,6 +28,7 @@ from statekeeper.snapshots.manifest import (
     EMPTY_SHA256,
     FORMAT_VERSION,
     Manifest,
+    NoSnapshotsYetError,
     SnapshotError,
     UnreadableManifestError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "PruneReport",
     "RepairReport",
     "SharedFiles",
+    "NoSnapshotsYetError",
     "SnapshotError",
     "SnapshotResult",
     "SnapshotStorage",

@@ -48,6 +48,10 @@ class SnapshotError(StatekeeperError):
     """A snapshot cannot be taken, read or stored; the message names the snapshot or path."""
 
 
+class NoSnapshotsYetError(SnapshotError):
+    """The app has no snapshot in the storage yet: a new app, or the wrong snapshot URL."""
+
+
 class UnreadableManifestError(SnapshotError):
     """One manifest cannot be used; ``kind`` says why: ``invalid`` (not JSON, truncated,
     missing or unknown fields), ``newer-format``, ``foreign-app`` (another app's manifest in

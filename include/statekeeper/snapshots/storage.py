@@ -30,7 +30,12 @@ from typing import Any
 
 import fsspec
 
-from statekeeper.snapshots.manifest import Manifest, SnapshotError, UnreadableManifestError
+from statekeeper.snapshots.manifest import (
+    Manifest,
+    NoSnapshotsYetError,
+    SnapshotError,
+    UnreadableManifestError,
+)
 
 
 def snapshot_url_for(settings: Any) -> str:
@@ -95,9 +100,9 @@ class SnapshotStorage:
                     f"snapshot storage {self.url!r}: cannot read bucket {bucket!r}: {exc}"
                 ) from exc
         if not create and not self.fs.exists(self.base):
-            raise SnapshotError(
-                f"no snapshots of app {self.app!r} in {self.url!r} (unknown app, or wrong "
-                "snapshot URL?)"
+            raise NoSnapshotsYetError(
+                f"no snapshots yet of app {self.app!r} in {self.url!r} (a new app takes its "
+                "first at its first snapshot interval; if it has run longer, check snapshot_url)"
             )
 
     # -- paths -----------------------------------------------------------------------------

@@ -204,7 +204,8 @@ class TaskSnapshots:
 def restore_source(outcome: Any, spec: Any | None, install: dict[str, Any] | None) -> dict:
     """Where a store opened by a task got its state: ``source`` is ``snapshot`` (with its
     ``snapshot_id``; ``records`` is the changelog tail replayed after it), ``full replay``
-    (the whole changelog: no local state, or corrupt), ``changelog (in-memory store)``, or
+    (the whole changelog: no local state, or corrupt), ``new`` (a first start: nothing was
+    ever committed, so there was nothing to replay), ``changelog (in-memory store)``, or
     ``local state`` (only the tail after the local checkpoint)."""
     out: dict[str, Any] = {}
     if install is not None and install.get("source") == "snapshot" and not outcome.full:
@@ -212,6 +213,8 @@ def restore_source(outcome: Any, spec: Any | None, install: dict[str, Any] | Non
         out["snapshot_id"] = install.get("snapshot_id")
         out["snapshot_batch_id"] = install.get("batch_id")
         out["bytes_downloaded"] = install.get("bytes_downloaded")
+    elif outcome.last_marker is None and outcome.restored_records == 0:
+        out["source"] = "new"
     elif spec is not None and not spec.persistent:
         out["source"] = "changelog (in-memory store)"
     elif outcome.full:
@@ -220,6 +223,12 @@ def restore_source(outcome: Any, spec: Any | None, install: dict[str, Any] | Non
         out["source"] = "local state"
     if install is not None and install.get("fallbacks"):
         out["snapshot_fallbacks"] = install["fallbacks"]
-    if install is not None and install.get("source") != "snapshot" and install.get("note"):
+    new = out["source"] == "new"  # "no snapshot of task …" is no news on a first start
+    if (
+        not new
+        and install is not None
+        and install.get("source") != "snapshot"
+        and install.get("note")
+    ):
         out["snapshot_note"] = install["note"]
     return out

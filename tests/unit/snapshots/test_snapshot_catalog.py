@@ -155,7 +155,7 @@ def test_list_only_complete_snapshots_of_this_app(tmp_path) -> None:
     [skipped] = read_catalog(storage).unreadable
     assert skipped.kind == "foreign-app" and skipped.snapshot_id == "foreign"
     assert "belongs to app 'other', not 'app'" in skipped.reason
-    with pytest.raises(SnapshotError, match="no snapshots of app 'ghost'"):
+    with pytest.raises(SnapshotError, match="no snapshots yet of app 'ghost'"):
         SnapshotStorage((tmp_path / "snaps").as_uri(), "ghost", create=False)
 
 

@@ -12,7 +12,7 @@ IN_MEMORY = Stores.in_memory("mem")
 
 
 def _outcome(full: bool) -> SimpleNamespace:
-    return SimpleNamespace(full=full)
+    return SimpleNamespace(full=full, last_marker=object(), restored_records=1)
 
 
 def test_a_snapshot_install_then_a_tail_names_the_snapshot():
@@ -45,3 +45,12 @@ def test_in_memory_and_local_state():
     )
     assert restore_source(_outcome(False), PERSISTENT, None) == {"source": "local state"}
     assert restore_source(_outcome(True), PERSISTENT, None) == {"source": "full replay"}
+
+
+def test_a_first_start_with_nothing_committed_is_new_not_a_full_replay():
+    first = SimpleNamespace(full=True, last_marker=None, restored_records=0)
+    install = {"source": "full replay", "note": "no snapshot of task 0_0 store counts"}
+    assert restore_source(first, PERSISTENT, install) == {"source": "new"}
+    assert restore_source(first, IN_MEMORY, None) == {"source": "new"}
+    replayed = SimpleNamespace(full=True, last_marker=None, restored_records=3)
+    assert restore_source(replayed, PERSISTENT, None)["source"] == "full replay"

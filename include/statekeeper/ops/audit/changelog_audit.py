@@ -292,6 +292,14 @@ def _audit_once(context: _Context, topology: Any, application_id: str) -> list[T
                     )
                 )
             audits.append(audit)
+    if audits and not any(a.exists for a in audits):
+        # A fresh platform: the app has not started yet, which is no warning.
+        for audit in audits:
+            audit.findings = [
+                Finding(
+                    "topic", "info", "not created yet (the app creates it when it first starts)"
+                )
+            ]
     return audits
 
 
@@ -348,8 +356,9 @@ def _audit_topic(
                 Finding(
                     "topic",
                     "warn",
-                    "does not exist yet (the app creates it when it starts); its store "
-                    "cannot be restored from a changelog until then",
+                    "missing while other changelogs of the app exist (deleted? the app "
+                    "creates it when it starts); its store cannot be restored from a "
+                    "changelog until then",
                 )
             ],
         )
