@@ -27,8 +27,9 @@ share it, a catch-up or a swap takes it alone (it waits for reads in flight, nev
 writer).
 
 One wrinkle: opening any rocksdict handle rewrites ``rocksdict-config.json`` in the
-database directory; with our options its content is byte-identical to the primary's, and
-the primary never reads it (statekeeper always passes explicit options).
+directory it opens, and a query must not write in a live task directory. So the secondary
+opens a mirror of symbolic links to the live files (:mod:`statekeeper.query.link_mirror`),
+synced before each open and catch-up.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from typing import Any
 
 import rocksdict
 
+from statekeeper.query.link_mirror import LinkMirror
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.rocksdb import META_CF, decode_metadata, scan_range
 from statekeeper.stores.window_bytes import WindowBytesStore
@@ -228,6 +230,9 @@ class StoreCopy:
         self.path = Path(path)
         self.scratch_dir = Path(scratch_dir)
         self.window = window
+        self._mirror = LinkMirror(
+            self.path, self.scratch_dir / f"{name}-links-{next(self._serial)}"
+        )
         self._lock = ReadWriteLock()
         self._refresh_mutex = threading.Lock()
         self._handle: _Handle | None = None
@@ -286,6 +291,7 @@ class StoreCopy:
                 return
             with self._lock.exclusive():
                 try:
+                    self._mirror.sync()
                     self._handle.db.try_catch_up_with_primary()
                     self.catch_ups += 1
                     caught_up = self._files().manifest == files.manifest
@@ -328,18 +334,25 @@ class StoreCopy:
     def _open(self) -> _Handle:
         secondary = self.scratch_dir / f"{self.name}-{next(self._serial)}"
         secondary.mkdir(parents=True, exist_ok=True)
-        try:
-            db = rocksdict.Rdict(
-                str(self.path),
-                _options(),
-                column_families={META_CF: _options()},
-                access_type=rocksdict.AccessType.secondary(str(secondary)),
-            )
-        except Exception as exc:  # a directory being created or removed right now
-            shutil.rmtree(secondary, ignore_errors=True)
-            raise CopyUnavailableError(
-                f"cannot open the copy of store {self.name} at {self.path}: {exc}"
-            ) from exc
+        for attempt in range(1, self.OPEN_ATTEMPTS + 1):
+            try:
+                # A file the primary created after the sync is missing from the mirror:
+                # sync again and retry.
+                self._mirror.sync()
+                db = rocksdict.Rdict(
+                    str(self._mirror.path),
+                    _options(),
+                    column_families={META_CF: _options()},
+                    access_type=rocksdict.AccessType.secondary(str(secondary)),
+                )
+                break
+            except Exception as exc:  # a directory being created or removed right now
+                if attempt < self.OPEN_ATTEMPTS:
+                    continue
+                shutil.rmtree(secondary, ignore_errors=True)
+                raise CopyUnavailableError(
+                    f"cannot open the copy of store {self.name} at {self.path}: {exc}"
+                ) from exc
         self.reopens += 1
         return _Handle(db, secondary)
 
@@ -403,6 +416,7 @@ class StoreCopy:
         with self._refresh_mutex:
             self._closed = True
             self._swap(None, None)
+            self._mirror.remove()
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,31 @@ def test_a_view_shows_each_commit_whole_through_flushes_and_compactions(tmp_path
         store.close()
 
 
+def test_a_view_writes_nothing_in_the_live_directory(tmp_path: Path) -> None:
+    # Any rocksdict open rewrites rocksdict-config.json where it opens: the view opens a
+    # mirror of links, so the writer's directory holds only what the writer wrote.
+    live = tmp_path / "db"
+    store = RocksDBKeyValueStore("counts", live)
+    _commit(store, 1)
+    config = live / "rocksdict-config.json"
+    before = (config.stat().st_mtime_ns, config.stat().st_ino, config.read_bytes())
+    copy = StoreCopy("counts", live, tmp_path / "scratch")
+    try:
+        for batch in range(2, 8):
+            copy.refresh()
+            _commit(store, batch)
+            if batch % 2 == 0:
+                store._db.flush()
+        copy.refresh()
+        assert _read(copy)[1] == 7 and copy.catch_ups and copy.reopens > 1
+        assert (config.stat().st_mtime_ns, config.stat().st_ino, config.read_bytes()) == before
+        assert not any(p.is_symlink() for p in live.iterdir())
+    finally:
+        copy.close()
+        store.close()
+    assert not list((tmp_path / "scratch").iterdir())  # mirror and info logs gone
+
+
 def test_a_view_without_a_store_is_unavailable_until_one_is_committed(tmp_path: Path) -> None:
     copy = StoreCopy("counts", tmp_path / "db", tmp_path / "scratch")
     try:
