@@ -39,6 +39,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup`` pytest-xdist puts ``@group`` in the node id of every test
+    with an ``xdist_group`` mark, and schedules a group on one worker. A pytest it does not
+    know silently drops that (every module fixture then runs once per worker): fail fast."""
+    if not session.config.getvalue("loadgroup"):
+        return
+    ungrouped = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+    ]
+    if ungrouped:
+        raise pytest.UsageError(
+            f"pytest-xdist ignored the xdist_group mark of {len(ungrouped)} test(s), e.g. "
+            f"{ungrouped[0]}: pytest and pytest-xdist versions do not fit (requirements.in)"
+        )
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
     """A running broker; use ``broker.bootstrap_servers``. Topics persist for the session."""
