@@ -29,7 +29,8 @@ help:
 	@echo "make browser       install Debian chromium + chromium-driver if missing (make test runs it)"
 	@echo "make screenshot    the State stores page's browser test, saving docs/img/state_stores.png"
 	@echo "make test-chaos    the e2e tests with 20 random kill -9s per app (seeds printed) and the chaos series"
-	@echo "                   (10 worker kills and 5 host freezes per app on the 2-worker cluster)"
+	@echo "                   (10 worker kills and 5 host freezes per app on the 2-worker cluster;"
+	@echo "                   the stateless-then-snapshot redeploy series 5 times in a row)"
 	@echo "make lint          ruff only"
 	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery;"
 	@echo "                   then word_count on a 2-worker cluster: standbys, queries, worker kill -9"
@@ -91,7 +92,7 @@ test: $(STAMP) browser
 
 # A failing run prints its seed and kill count: rerun with STATEKEEPER_E2E_SEED=<seed>.
 test-chaos: $(STAMP)
-	STATEKEEPER_E2E_KILLS=20 STATEKEEPER_CLUSTER_KILLS=10 STATEKEEPER_CLUSTER_FREEZES=5 \
+	STATEKEEPER_E2E_KILLS=20 STATEKEEPER_CLUSTER_KILLS=10 STATEKEEPER_CLUSTER_FREEZES=5 STATEKEEPER_REDEPLOY_REPEATS=5 \
 		$(VENV)/bin/pytest -q -m 'e2e or chaos' -rA
 
 demo: $(STAMP)
