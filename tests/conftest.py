@@ -43,7 +43,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Under ``--dist loadgroup`` pytest-xdist puts ``@group`` in the node id of every test
     with an ``xdist_group`` mark, and schedules a group on one worker. A pytest it does not
     know silently drops that (every module fixture then runs once per worker): fail fast."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):
         return
     ungrouped = [
         item.nodeid
