@@ -1,8 +1,23 @@
 """The supervising step the ``statekeeper_apps`` and ``statekeeper_app_actions`` DAGs run:
-:class:`SupervisedAppOperator`, the reconcile step of
-:class:`~statekeeper.airflow.operators.supervisor.StatekeeperAppSupervisorOperator` (launch
-identity in the task and asset state stores, detached launch, deferred watch, backoff,
-restart limit, upgrade modes), plus what makes it trustworthy to an operator:
+:class:`SupervisedAppOperator`, one reconcile step of a supervised streaming app, as a
+Kubernetes operator's loop does.
+
+Desired state: the app spec (``enabled``) and the run's ``action``. What runs: the launch
+identity (pid + start time, status file, log, launch time) the step keeps
+
+- in the **task state store** (``context["task_state_store"]``), mirrored for retries: its
+  scope is one task instance of one DAG run (rows keyed by dag_run_id, task_id, map_index;
+  retries share them, the next run does not see them);
+- in the **asset state store** of the app's supervision Asset (the task's inlet,
+  ``statekeeper://<app>/supervision``), which spans DAG runs: the identity, the restart
+  history and the FAILED / stopped marks live there, so the next scheduled run reconnects.
+
+A step reconnects to the running launch or launches it (detached spark-submit, no worker
+slot held), then defers to :class:`AppHealthTrigger`. A broken health rule: what is left of
+the old process group is killed, the reason recorded, the backoff waited (deferred) and the
+app relaunched. Restarts within the window over the limit: the app is marked FAILED and
+every later step fails at once without relaunching, until a run with ``action=restart`` or
+``redeploy``. What makes the step trustworthy to an operator:
 
 - **Intended stops are not crashes.** Every stop asked for (``action=stop|restart|
   redeploy``, ``make down``) is written down beside the app's status file before the app is
@@ -28,22 +43,24 @@ restart limit, upgrade modes), plus what makes it trustworthy to an operator:
 from __future__ import annotations
 
 import contextlib
+import re
+import shutil
 import time
+from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from statekeeper.airflow.operators.supervisor import (
-    StatekeeperAppSupervisorOperator,
-    SupervisionStore,
-    _when,
-)
+from statekeeper.airflow.operators.base import StatekeeperAppOperator
+from statekeeper.airflow.specs import supervision_asset
 from statekeeper.airflow.supervision.policy import (
     INTENDED_STOP,
     SupervisionConfig,
     SupervisionRecord,
     decide_restart,
+    supervision_config,
 )
 from statekeeper.airflow.supervision.process import (
     AppProcessIdentity,
@@ -57,26 +74,54 @@ from statekeeper.airflow.supervision.stops import (
     IntendedStop,
 )
 from statekeeper.airflow.supervision.summary import remedy, write_supervision_file
+from statekeeper.errors import ConfigError
 
+ACTIONS = ("reconcile", "stop", "restart", "redeploy")
+UPGRADE_MODES = ("last-state", "snapshot", "stateless")
+RECORD_KEY = "supervision"
+_TASK_DIR = re.compile(r"^\d+_\d+$")
 #: How long a watch whose launch an action stopped waits for that action's new launch.
 HANDOVER_WAIT_S = 120.0
 #: Poll interval of that wait.
 HANDOVER_POLL_S = 2.0
 
 
-class FileMirroredSupervisionStore(SupervisionStore):
-    """The supervision record in Airflow's state stores, copied beside the app's status file
-    at each save (the page and ``platform status`` read the copy)."""
+class SupervisionStore:
+    """The app's supervision record: asset state store (across runs) + task state store
+    (this run's identity, a pending restart, the step taken), copied beside the app's status
+    file at each save (the page and ``platform status`` read the copy)."""
 
     def __init__(
         self, context: Any, application_id: str, app_dir: Any, config: SupervisionConfig
     ) -> None:
-        super().__init__(context, application_id)
+        self.application_id = application_id
         self.app_dir = app_dir
         self.config = config
+        self.task = context.get("task_state_store")
+        stores = context.get("asset_state_store")
+        if stores is None:
+            raise ConfigError(
+                f"no asset state store in the task context: give the supervising task of "
+                f"{application_id} the inlet supervision_asset({application_id!r})"
+            )
+        self.asset = stores[supervision_asset(application_id)]
+
+    def load(self) -> SupervisionRecord:
+        record = SupervisionRecord.from_json(self.application_id, self.asset.get(RECORD_KEY))
+        mine = self.task.get("identity") if self.task is not None else None
+        theirs = record.identity or {}
+        # A retry whose launch was written here but not (yet) to the asset store.
+        if mine and float(mine.get("launched_at", 0)) > float(theirs.get("launched_at", 0)):
+            record.identity = mine
+        return record
 
     def save(self, record: SupervisionRecord) -> None:
-        super().save(record)
+        if self.task is not None:
+            if record.identity:
+                self.task.set("identity", record.identity)
+            else:
+                self.task.delete("identity")
+        self.asset.set(RECORD_KEY, record.to_json())
         self.mirror(record)
 
     def mirror(self, record: SupervisionRecord) -> None:
@@ -85,27 +130,101 @@ class FileMirroredSupervisionStore(SupervisionStore):
         with contextlib.suppress(OSError):  # the copy is for people; Airflow's is the record
             write_supervision_file(self.app_dir, record, self.config)
 
+    def get(self, key: str) -> Any:
+        return self.task.get(key) if self.task is not None else None
 
-class SupervisedAppOperator(StatekeeperAppSupervisorOperator):
-    """Keep one app running (see the module doc); the arguments of
-    :class:`StatekeeperAppSupervisorOperator`, plus ``actions_only``: perform the run's
-    ``action`` (stop | restart | redeploy) and return without watching, skipping apps the
-    run is not for (the actions DAG)."""
+    def put(self, key: str, value: Any) -> None:
+        if self.task is not None:
+            if value is None:
+                self.task.delete(key)
+            else:
+                self.task.set(key, value)
 
-    def __init__(self, *, actions_only: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+
+class SupervisedAppOperator(StatekeeperAppOperator):
+    """Keep one app running: one reconcile step per task instance (see the module doc).
+
+    ``action``: reconcile (default) | stop (graceful: SIGTERM, wait, then kill -9; the app
+    stays stopped until restart/redeploy) | restart (stop, clear FAILED/stopped marks and the
+    restart history, launch) | redeploy (restart with ``upgrade_mode``: last-state keeps the
+    local state; snapshot installs ``snapshot_id`` (``latest`` or an id) into the stopped
+    app first; stateless deletes the local task state and starts with
+    ``restore_from_snapshots=false``, so every store is rebuilt by replaying its whole
+    changelog, while the sources resume at the Spark checkpoint's committed offsets: the
+    state is the same, only rebuilt from the log, and no input is reprocessed).
+    ``apps``: the app ids a manual action is meant for (empty: all); the others reconcile.
+    ``supervision``: SupervisionConfig overrides on top of the spec's ``supervision:``.
+    ``actions_only``: perform the run's ``action`` (stop | restart | redeploy) and return
+    without watching, skipping apps the run is not for (the actions DAG).
+    """
+
+    template_fields: Sequence[str] = (
+        *StatekeeperAppOperator.template_fields,
+        "action",
+        "upgrade_mode",
+        "snapshot_id",
+        "apps",
+        "supervision",
+    )
+
+    def __init__(
+        self,
+        *,
+        application_id: str,
+        action: str = "reconcile",
+        upgrade_mode: str = "last-state",
+        snapshot_id: str | None = "latest",
+        apps: list[str] | None = None,
+        supervision: dict[str, Any] | None = None,
+        conn_id: str = "spark_default",
+        log_dir: str | None = None,
+        actions_only: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        inlets = list(kwargs.pop("inlets", None) or [])
+        super().__init__(inlets=[*inlets, supervision_asset(application_id)], **kwargs)
+        self.application_id = application_id
+        self.action = action
+        self.upgrade_mode = upgrade_mode
+        self.snapshot_id = snapshot_id
+        self.apps = apps
+        self.supervision = supervision
+        self.conn_id = conn_id
+        self.log_dir = log_dir
         self.actions_only = actions_only
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _store(self, context: Any, hook: Any, cfg: SupervisionConfig) -> SupervisionStore:
-        app_dir = hook.settings.status_path().absolute().parent
-        return FileMirroredSupervisionStore(context, self.application_id, app_dir, cfg)
+    def spark_hook(self) -> Any:
+        from statekeeper.airflow.hooks.spark_app import StatekeeperSparkAppHook
+
+        return StatekeeperSparkAppHook(self.spec_path, self.settings_overrides, self.conn_id)
+
+    def config(self, hook: Any) -> SupervisionConfig:
+        return supervision_config(
+            (f"spec {self.spec_path}", hook.spec.supervision),
+            ("the task's supervision argument (DAG param supervision)", self.supervision or {}),
+        )
+
+    def requested_action(self) -> str:
+        action = str(self.action or "reconcile")
+        if action not in ACTIONS:
+            raise AirflowFailException(f"action {action!r}: expected one of {ACTIONS}")
+        if self.upgrade_mode not in UPGRADE_MODES:
+            raise AirflowFailException(
+                f"upgrade_mode {self.upgrade_mode!r}: expected one of {UPGRADE_MODES}"
+            )
+        apps = [a for a in (self.apps or []) if a]
+        if action != "reconcile" and apps and self.application_id not in apps:
+            self.log.info("%s is not in apps=%s: reconcile only", self.application_id, apps)
+            return "reconcile"
+        return action
 
     def _pieces(self, context: Any) -> tuple[Any, SupervisionConfig, SupervisionStore]:
         hook = self.spark_hook()
         cfg = self.config(hook)
-        return hook, cfg, self._store(context, hook, cfg)
+        app_dir = hook.settings.status_path().absolute().parent
+        return hook, cfg, SupervisionStore(context, self.application_id, app_dir, cfg)
 
     def _run_label(self, context: Any) -> str:
         return f"run {context.get('run_id')}"
@@ -123,8 +242,7 @@ class SupervisedAppOperator(StatekeeperAppSupervisorOperator):
         if store.get("watch_until") is None:
             store.put("watch_until", time.time() + cfg.watch_period_s)
         record = store.load()
-        if isinstance(store, FileMirroredSupervisionStore):
-            store.mirror(record)
+        store.mirror(record)
         action = self.requested_action()
         self.log.info("%s: action %s, record %s", self.application_id, action, record.to_json())
         if self.actions_only and action == "reconcile":
@@ -201,7 +319,25 @@ class SupervisedAppOperator(StatekeeperAppSupervisorOperator):
         self._launch(context, hook, store, record, "not running")
         return self._watch_on(context, store, record, cfg)
 
-    # -- watching --------------------------------------------------------------------------
+    # -- launch and watch ------------------------------------------------------------------
+
+    def _launch(
+        self, context: Any, hook: Any, store: SupervisionStore, record: SupervisionRecord,
+        why: str, extra: dict[str, Any] | None = None, upgrade_mode: str | None = None,
+    ) -> AppProcessIdentity:  # fmt: skip
+        identity = hook.launch(self.log_dir, extra, upgrade_mode)
+        record.identity = identity.to_json()
+        store.save(record)
+        store.put("step", {"step": "launched", "why": why, "pid": identity.pid})
+        self.log.info(
+            "%s launched (%s): pid %d, log %s, status %s",
+            self.application_id,
+            why,
+            identity.pid,
+            identity.log_path,
+            identity.status_file,
+        )
+        return identity
 
     def _watch_on(
         self, context: Any, store: SupervisionStore, record: SupervisionRecord,
@@ -458,7 +594,7 @@ class SupervisedAppOperator(StatekeeperAppSupervisorOperator):
         self.log.info("%s step done: %s", self.application_id, result)
         return result
 
-    # -- stop --------------------------------------------------------------------------------
+    # -- stop and upgrade modes ------------------------------------------------------------
 
     def _stop_as(
         self, record: SupervisionRecord, cfg: SupervisionConfig, why: str, then: str
@@ -501,3 +637,48 @@ class SupervisedAppOperator(StatekeeperAppSupervisorOperator):
             "signalled": result.signalled,
             "seconds": round(result.seconds, 2),
         }
+
+    def _apply_upgrade_mode(self, hook: Any, context: Any) -> dict[str, Any]:
+        """Prepare the stopped app's local state for a redeploy (what was done goes to XCom
+        ``upgrade``); returns extra settings for this launch."""
+        settings = hook.settings
+        if self.upgrade_mode == "last-state":
+            context["ti"].xcom_push(key="upgrade", value={"mode": "last-state"})
+            return {}
+        if self.upgrade_mode == "snapshot":
+            from statekeeper.ops.restore import LATEST, restore_app
+
+            reports = restore_app(
+                settings,
+                hook.topology(),
+                hook.snapshot_storage(),
+                from_snapshot=self.snapshot_id or LATEST,
+            )
+            restored = [r.as_dict() for r in reports]
+            self.log.info(
+                "%s restored from snapshot %s: %s",
+                self.application_id,
+                self.snapshot_id or LATEST,
+                [(r.task, r.store, r.source, r.snapshot_id) for r in reports],
+            )
+            context["ti"].xcom_push(key="upgrade", value={"mode": "snapshot", "stores": restored})
+            return {}
+        app_dir = Path(settings.state_dir) / settings.application_id
+        removed = []
+        if app_dir.is_dir():
+            for task_dir in sorted(app_dir.iterdir()):
+                if task_dir.is_dir() and _TASK_DIR.match(task_dir.name):
+                    shutil.rmtree(task_dir)
+                    removed.append(task_dir.name)
+        self.log.info(
+            "%s stateless redeploy: deleted local state of tasks %s; every store replays its "
+            "whole changelog (no snapshot), sources resume at the checkpointed offsets",
+            self.application_id,
+            removed,
+        )
+        context["ti"].xcom_push(key="upgrade", value={"mode": "stateless", "deleted": removed})
+        return {"restore_from_snapshots": False}
+
+
+def _when(at: Any) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(at)))
