@@ -105,12 +105,14 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     start.add_argument(
         "--port",
         type=int,
-        help="Kafka port (default: STATEKEEPER_EMBEDDED_BROKER_PORT or 9092; 0 picks a free port)",
+        help="Kafka port; --port 0 picks a free port (default: STATEKEEPER_EMBEDDED_BROKER_PORT, "
+        "which must be 1-65535, else 9092)",
     )
     start.add_argument(
         "--data-dir",
         type=Path,
-        help="keep topics on disk here (S3 storage via localbucket); default: in memory",
+        help="keep topics on disk here (S3 storage via localbucket; statekeeper's own reads are "
+        "not reliable on it yet, see docs/brokers.md); default: in memory",
     )
     start.add_argument("--timeout", type=float, default=20.0, help="start-up timeout, seconds")
     run_dir_arg(start)
@@ -590,7 +592,9 @@ def _cmd_stores_inspect(args: argparse.Namespace) -> int:
 
 
 def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    snapshot = _subcommand(commands, "snapshot", "snapshots of an app's stores (DESIGN.md inv. 8)")
+    snapshot = _subcommand(
+        commands, "snapshot", "snapshots of an app's stores (invariant 8, docs/invariants.md)"
+    )
     sub = snapshot.add_subparsers(title="snapshot commands", metavar="ACTION")
     create = _subcommand(
         sub,

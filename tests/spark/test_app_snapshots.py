@@ -165,7 +165,7 @@ def test_snapshot_requested_on_the_endpoint_restores_a_lost_task_with_only_the_t
             application_id="snap-app",
             state_dir=tmp_path / "state",
             checkpoint_dir=tmp_path / "checkpoints",
-            # Every batch drains its source, so every batch commits (DESIGN.md R3) and the
+            # Every batch drains its source, so every batch commits (R3, docs/invariants.md) and the
             # committed offsets in the status say when the input is processed.
             max_records_per_batch=100_000,
             trigger_interval_ms=50,

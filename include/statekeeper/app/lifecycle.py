@@ -13,7 +13,7 @@ log = logging.getLogger("statekeeper.app")
 
 
 class AppState(enum.Enum):
-    """Where an app is in its life (DESIGN.md R5)."""
+    """Where an app is in its life (R5, docs/invariants.md)."""
 
     CREATED = "CREATED"
     REBALANCING = "REBALANCING"  # checking topics, planning tasks, starting Spark

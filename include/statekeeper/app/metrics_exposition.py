@@ -121,7 +121,7 @@ def _app_metrics(app: str, doc: dict[str, Any]) -> Iterator[Metric]:
     up.add_metric([app], 0.0 if state in DOWN_STATES else 1.0)
     yield up
     states = StateSetMetricFamily(
-        "statekeeper_app_state", "The app's lifecycle state (DESIGN.md R5)", labels=["app"]
+        "statekeeper_app_state", "App lifecycle state (R5, docs/invariants.md)", labels=["app"]
     )
     states.add_metric([app], {s.value: s.value == state for s in AppState})
     yield states

@@ -1,4 +1,4 @@
-"""Runs a topology on PySpark Structured Streaming (DESIGN.md "Spark runtime", R1-R5).
+"""Runs a topology on PySpark Structured Streaming (rules R1-R5, docs/invariants.md).
 
 Spark plans offset ranges (not rows) through the ``statekeeper_kafka_ranges`` source; in
 ``foreachBatch`` the driver takes the batch's ranges from Spark's offset log, groups them

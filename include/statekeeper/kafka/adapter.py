@@ -5,7 +5,7 @@ embedded Tansu broker (tests, demo). Code that must behave differently asks the
 :class:`BrokerProfile` (never the broker's name); everywhere else the same code is correct on
 both, and this table is where a reader finds why.
 
-How Tansu 0.6.0 differs from Kafka, and where that is handled (ENVIRONMENT.md has the list):
+How Tansu 0.6.0 differs from Kafka, and where that is handled (docs/brokers.md explains each):
 
 - Transactions cannot be relied on (read_committed consumers still see aborted records,
   producer fencing is broken): :attr:`BrokerProfile.transactions_reliable`. Correctness
@@ -82,7 +82,7 @@ class BrokerProfile:
 
 KAFKA = BrokerProfile(name="kafka", transactions_reliable=True, compacts=True, delete_records=True)
 
-# Measured against Tansu 0.6.0 (see ENVIRONMENT.md, "Does NOT behave like Kafka").
+# Measured against Tansu 0.6.0 (see docs/brokers.md, "The differences").
 TANSU = BrokerProfile(
     name="tansu", transactions_reliable=False, compacts=False, delete_records=False
 )

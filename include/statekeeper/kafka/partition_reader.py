@@ -8,7 +8,7 @@ of one partition in offset order, events removed. A finished partition is paused
 ``pause_finished=False``) and records that arrive for it later are dropped
 (:attr:`PartitionReader.overshot` says which).
 
-What keeps it fast (measured on loopback, see ENVIRONMENT.md):
+What keeps it fast (measured on loopback, see docs/brokers.md, "Reading fast"):
 - a large prefetch (:func:`~statekeeper.kafka.adapter.consumer_config`; one-shot range reads
   bound it, see :func:`~statekeeper.kafka.range_reader.bounded_fetch_overrides`) and a 10 ms
   ``fetch.wait.max.ms`` (:func:`eof_consumer`): EOF is what a read waits for, so the broker
@@ -43,7 +43,7 @@ from statekeeper.errors import BrokerUnavailableError, StatekeeperError
 TP = tuple[str, int]
 
 DEFAULT_CHUNK = 20_000
-POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (ENVIRONMENT.md)
+POLL_TIMEOUT_S = 0.05  # a 1 s timeout stalls at the end of a partition (docs/brokers.md)
 STALE_HINT_POLL_S = 0.005  # past a stale size hint, when nothing was queued: poll briefly
 #: Error codes meaning "this topic or partition does not exist".
 MISSING_CODES = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION)

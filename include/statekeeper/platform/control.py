@@ -113,8 +113,9 @@ def _start_broker(config: PlatformConfig, say: Say) -> bool:
             f"port {config.broker_port} on 127.0.0.1 is in use (another broker? "
             "`statekeeper broker stop`); choose another: make up BROKER_PORT=<port>"
         )
-    # In memory, as the tests and the demo run it: with durable (S3) storage, Tansu 0.6 never
-    # answers the 10 ms fetch.wait.max.ms fetches the partition reader makes (measured).
+    # In memory, as the tests and the demo run it: with durable (S3) storage, Tansu 0.6 does not
+    # reliably answer the 10 ms fetch.wait.max.ms fetches the partition reader makes (measured;
+    # docs/brokers.md).
     with _marked_environ(config):
         broker = embedded.EmbeddedBroker(
             config.broker_port, run_dir=config.broker_run_dir, detach=True

@@ -1,6 +1,6 @@
-"""Dead-letter routing (DESIGN.md R4): records that cannot be processed go to ``<app>-dlq``
-with their original key and value, the dedupe headers and two error headers; the task keeps
-running.
+"""Dead-letter routing (R4, docs/invariants.md): records that cannot be processed go to
+``<app>-dlq`` with their original key and value, the dedupe headers and two error headers;
+the task keeps running.
 
 ``sk.error.type`` is one of :data:`DESERIALIZATION` (a source serde failed), :data:`NULL_KEY`
 (a keyless record reached an aggregation, join or repartition), :data:`INVALID_RECORD`

@@ -76,7 +76,7 @@ class ProcessorContext(ABC):
 
     ``stream_time`` is the largest timestamp of the valid records the task has processed
     (before the current one); ``wall_clock_time`` is the micro-batch's time, identical when a
-    batch is re-run (DESIGN.md invariant 2). Both survive restarts.
+    batch is re-run (invariant 2, docs/invariants.md). Both survive restarts.
     """
 
     application_id: str

@@ -5,7 +5,7 @@ fires as soon as stream time reaches the next one; a wall-clock schedule first f
 interval after the batch time it was created in. After firing at time ``now`` the next time
 is the first multiple of the interval (counted from the last fire time) after ``now`` —
 missed intervals are skipped, not replayed. Wall-clock time is the micro-batch time, so a
-re-run batch fires exactly the same punctuations (DESIGN.md invariant 2).
+re-run batch fires exactly the same punctuations (invariant 2, docs/invariants.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which input records a task processes, and in which order.
 
 Records at offsets below the state's processed offsets were applied by a committed batch
-and are skipped (DESIGN.md invariant 3). Records of several input partitions are merged
+and are skipped (invariant 3, docs/invariants.md). Records of several input partitions are merged
 like Kafka Streams does: always take the partition head with the smallest timestamp, keeping
 each partition's offset order; ties go to the topic that sorts first.
 """

@@ -10,7 +10,7 @@
 
 The task never commits: the runner flushes the emitter, then calls
 ``state.commit(batch_id, source_offsets)``. Processing is deterministic for a given input,
-state and ``batch_time_ms`` (DESIGN.md invariant 2), outputs included (``sk.seq``).
+state and ``batch_time_ms`` (invariant 2, docs/invariants.md), outputs included (``sk.seq``).
 After a failed batch, reopen the state and build a new StreamTask.
 """
 

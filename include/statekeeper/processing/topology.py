@@ -3,7 +3,7 @@
 Subtopologies are the connected parts of the graph (nodes joined by edges or by a shared
 store), cut at repartition topics: subtopology N writes ``<app>-<name>-repartition`` and
 N+1 reads it. Each subtopology runs as one task per input partition (task id
-``<subtopology>_<partition>``, DESIGN.md R1). Topic names that depend on the application
+``<subtopology>_<partition>``, R1 in docs/invariants.md). Topic names that depend on the application
 id are resolved by the ``application_id`` argument of each method.
 """
 
@@ -26,7 +26,7 @@ from statekeeper.stores.builders import StoreSpec
 
 
 def task_id(subtopology_id: int, partition: int) -> str:
-    """``<subtopology>_<partition>``, as in Kafka Streams (DESIGN.md R1)."""
+    """``<subtopology>_<partition>``, as in Kafka Streams (R1, docs/invariants.md)."""
     return f"{subtopology_id}_{partition}"
 
 
@@ -128,7 +128,7 @@ class Topology:
 
     def copartition_groups(self, application_id: str) -> list[list[str]]:
         """Topics that must have equal partition counts: the inputs of each subtopology that
-        reads more than one topic (joins, merged sources; DESIGN.md R1)."""
+        reads more than one topic (joins, merged sources; R1 in docs/invariants.md)."""
         return [
             sorted(sub.source_topics(application_id))
             for sub in self.subtopologies

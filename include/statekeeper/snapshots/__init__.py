@@ -1,4 +1,4 @@
-"""Snapshots of task stores at commit boundaries (DESIGN.md "Operations", invariant 8).
+"""Snapshots of task stores at commit boundaries (invariant 8, docs/invariants.md).
 
 Modules: :mod:`manifest` (the JSON format), :mod:`staging` (checkpoint or dump one store
 locally), :mod:`storage` (fsspec layout, content-addressed shared files), :mod:`create`

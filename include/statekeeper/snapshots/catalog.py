@@ -4,7 +4,7 @@ Only snapshots whose manifest exists are listed (a manifest is written last). Ev
 is read on its own: one that cannot be used (unreadable, truncated, another app's, a newer
 format, or not where its path says) is skipped and reported as an
 :class:`UnreadableManifest` (path, kind, reason) by :func:`read_catalog`; it never hides the
-other snapshots (DESIGN.md invariant 8: it affects only what references it).
+other snapshots (invariant 8 in docs/invariants.md: it affects only what references it).
 
 Prune keeps, per task and store, the newest ``keep`` snapshots that are younger than
 ``max_age``, and always the newest snapshot that verifies; it deletes a shared file only

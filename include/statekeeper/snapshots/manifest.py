@@ -4,7 +4,7 @@ A snapshot of one store of one task is a manifest plus the files it lists. The f
 content-addressed under ``<root>/<app>/shared/<sha256>`` (shared between snapshots); the
 manifest lives at ``<root>/<app>/manifests/<task>/<store>/<snapshot_id>.json`` and is
 uploaded only after every file it lists is in place, so a snapshot without a manifest is
-never listed (DESIGN.md invariant 8).
+never listed (invariant 8, docs/invariants.md).
 
 Format (``format_version`` 1)::
 

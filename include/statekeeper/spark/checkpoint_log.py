@@ -3,7 +3,7 @@
 Spark writes ``offsets/<batch>`` (version line, batch metadata JSON with
 ``batchTimestampMs``, then one offset JSON per source) before a batch runs and
 ``commits/<batch>`` after it succeeds. A re-run batch keeps its logged timestamp, which is
-why "wall-clock" punctuation uses it (DESIGN.md invariant 2). Batch N reads from the
+why "wall-clock" punctuation uses it (invariant 2, docs/invariants.md). Batch N reads from the
 offsets logged for batch N-1 to those logged for N, which is also how Spark itself asks
 the source for the batch's partitions.
 """

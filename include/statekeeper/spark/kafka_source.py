@@ -7,7 +7,7 @@ partition per topic-partition with data reads its offset range with
 
 ``statekeeper_kafka_ranges`` plans the same offsets but reads nothing: each row is one
 non-empty range ``(topic, partition, start_offset, end_offset)`` and the consumer of the
-rows (the stateful runtime, DESIGN R2) reads the records itself. Its Spark partitions
+rows (the stateful runtime, R2 in docs/invariants.md) reads the records itself. Its Spark partitions
 hold the ranges of one partition number, so co-partitioned topics arrive together.
 
 Options (Spark passes the keys lower-cased; see
@@ -21,7 +21,7 @@ setting.
 
 Offsets in Spark's checkpoint are ``{"topic": {"0": 12}}`` dicts in sorted order: Spark
 compares them as JSON text. End offsets are true log ends (partition EOF), correct on
-brokers whose high watermark is not (ENVIRONMENT.md).
+brokers whose high watermark is not (docs/brokers.md).
 """
 
 from __future__ import annotations

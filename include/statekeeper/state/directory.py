@@ -1,4 +1,4 @@
-"""State directory layout and the per-task lock (DESIGN.md invariant 6).
+"""State directory layout and the per-task lock (invariant 6, docs/invariants.md).
 
 ``<state_dir>/<application_id>/<task_id>/`` holds ``.lock``, ``.checkpoint``,
 ``rocksdb/<store>/`` and, while somebody waits for a held lock, ``.release``: the request

@@ -2,7 +2,7 @@
 
 Nothing else commits a task's state; :func:`commit_group` commits several tasks that share
 one changelog writer at once. A transaction moves through these states, in order, each
-named after the step just done (DESIGN.md invariants 1-3):
+named after the step just done (invariants 1-3, docs/invariants.md):
 
   ``OPEN``       created for a batch id and its source offsets; nothing done yet
   ``FLUSHED``    every store's record cache flushed: each dirty key went to the changelog

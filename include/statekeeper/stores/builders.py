@@ -35,7 +35,7 @@ WINDOW_CHANGELOG_EXTRA_RETENTION_MS = 24 * 60 * 60 * 1000
 #: The log cleaner leaves records this young alone. The commit protocol needs it where the
 #: broker compacts: a crashed attempt's uncommitted record can supersede its key's committed
 #: value, which the task's next open re-logs; reopened within this lag, nothing is lost
-#: (tests/unit/state/test_compaction_safety.py, DESIGN.md invariant 8).
+#: (tests/unit/state/test_compaction_safety.py, invariant 2 in docs/invariants.md).
 CHANGELOG_MIN_COMPACTION_LAG_MS = 24 * 60 * 60 * 1000
 #: Configs set when a changelog is created but not enforced on an existing one (changelogs
 #: created before them are reported by ``statekeeper audit changelogs`` and fixed by --fix).

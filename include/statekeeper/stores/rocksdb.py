@@ -2,7 +2,7 @@
 
 Uncommitted writes live in an in-memory overlay; :meth:`commit` applies them together with
 the store metadata in one WriteBatch, so data and offsets can never disagree on disk
-(DESIGN.md invariant 3). A crash before commit leaves the last committed state intact.
+(invariant 3, docs/invariants.md). A crash before commit leaves the last committed state intact.
 """
 
 from __future__ import annotations

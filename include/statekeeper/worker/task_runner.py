@@ -1,4 +1,4 @@
-"""Runs a Spark task's share of a micro-batch on an executor (DESIGN.md R3).
+"""Runs a Spark task's share of a micro-batch on an executor (R3, docs/invariants.md).
 
 Per stream task: lock → open stores (restore if needed) → replay uncommitted backlog
 batches the state lost → skip processed offsets → read the task's offset ranges from Kafka
@@ -446,7 +446,7 @@ def _run_open_tasks(
         if due:
             commit_group(list(due.values()), outputs=[services.outputs])  # waits for outputs
         else:
-            # Outputs are acknowledged every batch, committed or not (DESIGN.md R3).
+            # Outputs are acknowledged every batch, committed or not (R3, docs/invariants.md).
             services.outputs.flush(settings.broker_timeout_s * 2)
         commit_s = time.perf_counter() - t0
     except BaseException:
@@ -569,7 +569,8 @@ def _replay_backlog(run: TaskRun, topology: Any, services: _WorkerServices, stat
     """Re-run, oldest first, the backlog batches holding records past the state's processed
     offsets (its worker died, or handed the task over, before committing them). Each runs
     with its own batch id, time and ranges, so it rewrites the same state and re-emits its
-    outputs with the same dedupe ids (DESIGN.md invariant 2). Returns records processed."""
+    outputs with the same dedupe ids (invariant 2, docs/invariants.md). Returns records
+    processed."""
     from statekeeper.kafka.range_reader import read_range_runs
 
     replayed = 0

@@ -1,6 +1,6 @@
 """Snapshots and snapshot restores of the tasks one worker process runs.
 
-Taking (DESIGN.md "Operations"): the driver marks a batch's task runs with a snapshot
+Taking (docs/runtime.md, snapshots section): the driver marks a batch's task runs with a snapshot
 request; the runner :meth:`arms <TaskSnapshots.arm>` each such task before committing it.
 The task's after-commit hook (registered once per open task, :meth:`watch`) then stages its
 stores right after the ``COMMITTED`` transaction — only the RocksDB checkpoints / in-memory

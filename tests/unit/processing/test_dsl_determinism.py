@@ -1,4 +1,4 @@
-"""Determinism (DESIGN.md invariant 2): batch boundaries and re-runs change nothing."""
+"""Determinism (invariant 2, docs/invariants.md): batch boundaries and re-runs change nothing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Compaction safety of the commit protocol (DESIGN.md invariant 2), as a Hypothesis property.
+"""Compaction safety of the commit protocol (invariant 2, docs/invariants.md): a Hypothesis
+property.
 
 The embedded broker never compacts; Kafka's log cleaner may, anywhere below the active
 segment: drop a record superseded by a later record of the same key (commit markers share
