@@ -44,3 +44,20 @@ class StoreCorruptError(StatekeeperError):
 class ChangelogTrimmedError(ChangelogTopicError):
     """A full replay is impossible: records below the changelog's log start were deleted
     (DeleteRecords, ``audit --trim``), so only a snapshot can bring the store back."""
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """An optional dependency is not installed; the message names the ``statekeeper[...]``
+    extra that brings it. An ImportError too, for code that falls back on one."""
+
+
+def require_extra(extra: str, module: str, needed_by: str) -> None:
+    """Raise :class:`MissingExtraError` unless ``module`` can be imported (it is not)."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingExtraError(
+            f"{needed_by} needs {module}, which is not installed: "
+            f"install statekeeper[{extra}] (pip install 'statekeeper[{extra}]')",
+            name=module,
+        )

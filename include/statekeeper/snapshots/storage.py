@@ -30,6 +30,7 @@ from typing import Any
 
 import fsspec
 
+from statekeeper.errors import require_extra
 from statekeeper.snapshots.manifest import (
     Manifest,
     NoSnapshotsYetError,
@@ -63,6 +64,7 @@ class SnapshotStorage:
         self.url = url
         self.app = app
         if url.startswith(("s3://", "s3a://")):
+            require_extra("s3", "s3fs", f"snapshot storage {url!r}")
             # Another process (an uploader, a prune) changes the bucket: no stale listings.
             storage_options.setdefault("use_listings_cache", False)
             if s3_endpoint:

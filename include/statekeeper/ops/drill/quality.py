@@ -123,6 +123,9 @@ def run_quality(stores: list[tuple[str, RestoredStore]], docs_dir: Path) -> Qual
     """Validate every ``(task, store)`` and write Data Docs under ``docs_dir``."""
     import logging
 
+    from statekeeper.errors import require_extra
+
+    require_extra("quality", "great_expectations", "the drill's data-quality checks")
     import great_expectations as gx
     import pandas as pd
     from great_expectations.data_context.types.base import ProgressBarsConfig
