@@ -10,7 +10,7 @@ UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed
 # The interpreter the venv is built from; the project supports Python 3.11 only.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-# The uv that compiled requirements.lock (`make lock`).
+# The uv that compiled requirements.lock and requirements-dev.lock (`make lock`).
 UV_VERSION ?= 0.13.8
 # pyspark and pyspark-client both ship pyspark/; reinstalling pyspark last makes its files win.
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock 2>/dev/null)
@@ -23,7 +23,8 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 .PHONY: help venv install browser screenshot test test-chaos lint demo bench-restore bench-snapshot-restore bench-throughput bench-failover lock clean distclean
 
 help:
-	@echo "make venv|install  create .venv and install requirements.lock + statekeeper (editable)"
+	@echo "make venv|install  create .venv and install requirements-dev.lock (runtime + test/dev tools)"
+	@echo "                   + statekeeper (editable)"
 	@echo "make test          ruff, then the whole pytest suite (tests start their own servers;"
 	@echo "                   the kill -9 e2e kills each app 2 times at random, the cluster series kill a worker once and freeze a host once; 2 xdist workers)"
 	@echo "make browser       install Debian chromium + chromium-driver if missing (make test runs it)"
@@ -46,7 +47,8 @@ help:
 	@echo "make bench-failover  kill -9 and a frozen host on a 2-worker cluster, 1M-key store, with vs"
 	@echo "                   without a standby; point gets vs processing rate (JSON, ~15 min;"
 	@echo "                   ARGS='--scenarios frozen' runs one)"
-	@echo "make lock          recompile requirements.lock from requirements.in"
+	@echo "make lock          recompile requirements.lock (runtime: the image) from requirements.in,"
+	@echo "                   then requirements-dev.lock (runtime + dev tools) from requirements-dev.in"
 	@echo "make clean         stop the embedded broker, remove caches and var/"
 	@echo "make distclean     clean + remove .venv"
 
@@ -57,9 +59,10 @@ $(UV):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv==$(UV_VERSION)
 
-# Re-runs only when the lock or the package metadata changes.
-$(STAMP): requirements.lock pyproject.toml | $(UV)
-	$(UV) pip install --python $(PY) -r requirements.lock
+# Re-runs only when a lock or the package metadata changes. The dev lock holds the runtime
+# lock's pins plus the test, lint and docs tools.
+$(STAMP): requirements.lock requirements-dev.lock pyproject.toml | $(UV)
+	$(UV) pip install --python $(PY) -r requirements-dev.lock
 	$(UV) pip install --python $(PY) --no-deps -e .
 	@# Uninstall + install reuses uv's cached pyspark wheel; --reinstall would rebuild the sdist.
 	$(UV) pip uninstall --python $(PY) pyspark
@@ -122,8 +125,10 @@ bench-throughput: $(STAMP)
 bench-failover: $(STAMP)
 	@$(PY) benchmarks/failover_bench.py $(ARGS)
 
+# The runtime lock first: requirements-dev.in constrains itself to it (-c requirements.lock).
 lock: | $(UV)
 	$(UV) pip compile requirements.in --python-version 3.11 --no-header -o requirements.lock
+	$(UV) pip compile requirements-dev.in --python-version 3.11 --no-header -o requirements-dev.lock
 
 clean:
 	@if [ -x $(VENV)/bin/statekeeper ]; then $(VENV)/bin/statekeeper broker stop || true; fi

