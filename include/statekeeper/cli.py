@@ -2,21 +2,30 @@
 
 One ``_cmd_*`` function per subcommand, registered in :func:`build_parser`; each returns an
 exit code. Heavy modules are imported inside the functions so ``statekeeper --help`` and
-Airflow tasks that shell out stay fast. Errors from :mod:`statekeeper.errors` print one
-line to stderr and exit 2; every subcommand takes ``--json`` for machine-readable output.
+Airflow tasks that shell out stay fast. Errors from :mod:`statekeeper.errors` and bad
+arguments print one line to stderr and exit 2 (with ``--json``, also one JSON object
+``{"error": ..., "code": 2}`` on stdout); every subcommand takes ``--json`` for
+machine-readable output.
+
+Every command that acts on an app takes the same options: ``--app SPEC`` (a spec file, or
+an application id found in ``$STATEKEEPER_SPECS_DIR``), ``--set NAME=VALUE`` (repeatable)
+and ``--bootstrap`` (the ``bootstrap_servers`` setting); see :func:`_app_options`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from statekeeper import __version__
 from statekeeper.errors import StatekeeperError
+
+SPECS_DIR_ENV = "STATEKEEPER_SPECS_DIR"  # statekeeper.app.spec.SPECS_DIR_ENV (not imported: fast)
 
 EXIT_OK = 0
 EXIT_ERROR = 2  # a StatekeeperError: bad config, broker unreachable, ...
@@ -25,10 +34,28 @@ EXIT_NOT_RUNNING = 3  # `broker status` when no broker runs (LSB convention)
 Handler = Callable[[argparse.Namespace], int]
 
 
+class UsageError(Exception):
+    """A bad command line (argparse's errors, as one line)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block), raised to :func:`main`."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        command = self.prog.removeprefix("statekeeper").strip()
+        raise UsageError(
+            f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``statekeeper`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _fail(str(exc), EXIT_ERROR, as_json="--json" in argv)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         # A command group given without its subcommand (e.g. `statekeeper broker`).
@@ -36,16 +63,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     try:
         return handler(args)
-    except StatekeeperError as exc:
-        print(f"statekeeper: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    except (StatekeeperError, UsageError) as exc:
+        return _fail(str(exc), EXIT_ERROR, as_json=getattr(args, "json", False))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `statekeeper ... | head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _fail(message: str, code: int, *, as_json: bool) -> int:
+    """Report an error as one line, ``statekeeper: error: ...`` on stderr; with ``--json``
+    also as one JSON object ``{"error": ..., "code": ...}`` on stdout. Returns ``code``."""
+    line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    if as_json:
+        print(json.dumps({"error": line, "code": code}), flush=True)
+    print(f"statekeeper: error: {line}", file=sys.stderr)
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser; add a subcommand with a ``_add_*`` function below."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="statekeeper",
         description="Kafka-Streams-grade state stores for PySpark, operated from Airflow.",
     )
@@ -63,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_drill(commands)
     _add_platform(commands)
     _add_cluster(commands)
+    _add_spec(commands)
     return parser
 
 
@@ -84,6 +124,147 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
     print(json.dumps(payload, sort_keys=True, default=str) if args.json else text)
 
 
+# --- argument types and the options every app command shares ------------------------------
+
+
+def _int_in(low: int, high: int | None = None, *, zero: str | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in ``low..high`` (``zero``: what 0 means, when allowed)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value == 0 and zero is not None:
+            return value
+        if value < low or (high is not None and value > high):
+            span = f"{low}-{high}" if high is not None else f">= {low}"
+            extra = f" (0: {zero})" if zero is not None else ""
+            raise argparse.ArgumentTypeError(f"must be {span}{extra}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text}")
+    return value
+
+
+PORT = _int_in(1, 65535)
+PORT_OR_FREE = _int_in(1, 65535, zero="a free port")
+
+
+def _timeout_option(parser: argparse.ArgumentParser, default: float, help_text: str) -> None:
+    """``--timeout-s`` (and ``--timeout``, its old name, hidden)."""
+    parser.add_argument(
+        "--timeout-s", type=_seconds, default=default, help=f"{help_text} ({default:g})"
+    )
+    parser.add_argument("--timeout", dest="timeout_s", type=_seconds, help=argparse.SUPPRESS)
+
+
+def _run_dir_option(
+    parser: argparse.ArgumentParser, default: Path | None, help_text: str, *old: str
+) -> None:
+    """``--run-dir``: where a background service keeps pid files, logs and its state file
+    (its old names ``old`` stay as hidden aliases)."""
+    parser.add_argument("--run-dir", type=Path, default=default, help=help_text)
+    for name in old:
+        parser.add_argument(name, dest="run_dir", type=Path, help=argparse.SUPPRESS)
+
+
+def _app_options(
+    parser: argparse.ArgumentParser, *, required: bool = True, app_help: str | None = None
+) -> None:
+    """``--app``, ``--set`` and ``--bootstrap``: what every command acting on an app takes."""
+    parser.add_argument(
+        "--app",
+        required=required,
+        metavar="SPEC",
+        help=app_help
+        or "the app: its spec file (.yaml/.toml) or its application id, found in "
+        f"${SPECS_DIR_ENV} (default: the repo's spark_apps/)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a setting (repeatable; values parsed as JSON when they can be), e.g. "
+        "--set max_records_per_batch=50000; wins over the spec and STATEKEEPER_* env vars",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT[,...]",
+        help="Kafka bootstrap servers (overrides the bootstrap_servers setting)",
+    )
+
+
+def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings the command line overrides, and the option each came from."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for pair in getattr(args, "set", None) or []:
+        name, sep, text = pair.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise UsageError(f"--set expects NAME=VALUE, got {pair!r}")
+        try:
+            values[name] = json.loads(text)
+        except ValueError:
+            values[name] = text
+        sources[name] = f"from --set {pair}"
+    flags = {
+        "bootstrap_servers": ("bootstrap", "--bootstrap"),
+        "state_dir": ("state_dir", "--state-dir"),
+        "snapshot_url": ("url", "--url"),
+    }
+    for field, (dest, flag) in flags.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            values[field] = Path(value) if field == "state_dir" else value
+            sources[field] = f"from {flag} {value}"
+    return values, sources
+
+
+def _app_target(args: argparse.Namespace, need_spec: str | None = None) -> tuple[Any, Any]:
+    """(settings, app spec) of ``--app``: a spec file, or an application id whose spec is in
+    the specs folder; without a spec (None) only if the command (``need_spec`` names it)
+    can act on a bare application id. Settings: defaults < spec < env < the command line."""
+    from statekeeper.app.spec import find_spec, load_app_spec, specs_dir
+    from statekeeper.errors import ConfigError
+    from statekeeper.settings import settings_from
+
+    values, sources = _overrides(args)
+
+    def source_of(field: str) -> tuple[str, str] | None:
+        return (field, sources[field]) if field in sources else None
+
+    path = find_spec(args.app)
+    if path is None:
+        if need_spec is not None:
+            raise ConfigError(
+                f"{need_spec} needs the app spec: {args.app!r} is not a spec file, and no "
+                f"spec in {specs_dir()} (${SPECS_DIR_ENV}) has that application_id"
+            )
+        return settings_from({"application_id": args.app, **values}, source_of), None
+    spec = load_app_spec(path)
+    return spec.settings_with(values, source_of), spec
+
+
+def _check_selection(args: argparse.Namespace, topology: Any) -> None:
+    """``--task``/``--store`` name tasks and stores of the topology (before any broker)."""
+    from statekeeper.ops.restore import check_selection
+
+    check_selection(topology, getattr(args, "task", None), getattr(args, "store", None))
+
+
 # --- broker -------------------------------------------------------------------------------
 
 
@@ -92,10 +273,10 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     actions = broker.add_subparsers(title="actions", metavar="ACTION")
 
     def run_dir_arg(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--run-dir",
-            type=Path,
-            help="pid files, logs and broker.json (default: STATEKEEPER_EMBEDDED_BROKER_DIR "
+        _run_dir_option(
+            sub,
+            None,
+            "pid files, logs and broker.json (default: STATEKEEPER_EMBEDDED_BROKER_DIR "
             "or var/broker)",
         )
 
@@ -104,7 +285,7 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     start.add_argument(
         "--port",
-        type=int,
+        type=PORT_OR_FREE,
         help="Kafka port; --port 0 picks a free port (default: STATEKEEPER_EMBEDDED_BROKER_PORT, "
         "which must be 1-65535, else 9092)",
     )
@@ -114,11 +295,11 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="keep topics on disk here (S3 storage via localbucket; statekeeper's own reads are "
         "not reliable on it yet, see docs/brokers.md); default: in memory",
     )
-    start.add_argument("--timeout", type=float, default=20.0, help="start-up timeout, seconds")
+    _timeout_option(start, 20.0, "start-up timeout, seconds")
     run_dir_arg(start)
 
     stop = _subcommand(actions, "stop", "stop the broker recorded in the run dir", _cmd_broker_stop)
-    stop.add_argument("--timeout", type=float, default=10.0, help="seconds before SIGKILL")
+    _timeout_option(stop, 10.0, "seconds before SIGKILL")
     run_dir_arg(stop)
 
     status = _subcommand(
@@ -150,7 +331,7 @@ def _cmd_broker_start(args: argparse.Namespace) -> int:
         port or None,
         data_dir=args.data_dir,
         run_dir=_broker_run_dir(args),
-        startup_timeout_s=args.timeout,
+        startup_timeout_s=args.timeout_s,
         detach=True,
     ).start()
     state = broker.state
@@ -168,7 +349,7 @@ def _cmd_broker_start(args: argparse.Namespace) -> int:
 def _cmd_broker_stop(args: argparse.Namespace) -> int:
     from statekeeper.kafka.embedded import stop_broker
 
-    result = stop_broker(_broker_run_dir(args), timeout_s=args.timeout)
+    result = stop_broker(_broker_run_dir(args), timeout_s=args.timeout_s)
     if result["was_running"]:
         text = f"broker on {result['bootstrap_servers']} stopped"
     else:
@@ -268,26 +449,52 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _add_app(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from statekeeper.app.launcher import add_run_arguments
-
     app = _subcommand(commands, "app", "run stateful apps on Spark and read their status")
     sub = app.add_subparsers(title="app commands", metavar="ACTION")
     run = _subcommand(sub, "run", "run an app from its spec on Spark (blocks)", _cmd_app_run)
-    run.add_argument("spec_file", nargs="?", metavar="SPEC", help="app spec (.yaml/.toml)")
-    add_run_arguments(run, spec_required=False)
-    status = _subcommand(sub, "status", "print an app's status", _cmd_app_status)
-    status.add_argument("target", help="status file path or http://127.0.0.1:PORT/status URL")
+    _app_options(run, required=False)
+    run.add_argument("spec_file", nargs="?", metavar="SPEC", help=argparse.SUPPRESS)
+    run.add_argument("--spec", dest="spec_option", help=argparse.SUPPRESS)  # the old name
+    run.add_argument(
+        "--stop-when-idle",
+        action="store_true",
+        help="stop gracefully once all input is processed (batch-style runs, tests)",
+    )
+    status = _subcommand(
+        sub,
+        "status",
+        "print an app's status: from its running status endpoint, else its status file "
+        "(exit code 2 when the app is in ERROR)",
+        _cmd_app_status,
+    )
+    _app_options(status, required=False)
+    status.add_argument(
+        "target",
+        nargs="?",
+        metavar="STATUS",
+        help="instead of --app: a status file or an http://127.0.0.1:PORT/status URL",
+    )
+
+
+def _one_app(args: argparse.Namespace, *given: str | None) -> None:
+    """Set ``args.app`` from ``--app`` or the one other form of naming it in ``given``."""
+    from statekeeper.errors import ConfigError
+
+    named = [value for value in (args.app, *given) if value]
+    if len(named) > 1:
+        raise ConfigError(f"name the app once (--app), got {named}")
+    if not named:
+        raise ConfigError("give the app: --app SPEC (a spec file or an application id)")
+    args.app = named[0]
 
 
 def _cmd_app_run(args: argparse.Namespace) -> int:
-    from statekeeper.app.launcher import configure_logging, parse_overrides, run_app
-    from statekeeper.errors import ConfigError
+    from statekeeper.app.launcher import configure_logging, run_app
 
-    spec = args.spec_file or args.spec
-    if not spec:
-        raise ConfigError("give the app spec: statekeeper app run SPEC.yaml")
+    _one_app(args, args.spec_file, args.spec_option)
+    settings, spec = _app_target(args, need_spec="app run")  # every check before Spark starts
     configure_logging()
-    status = run_app(spec, parse_overrides(args.set), stop_when_idle=args.stop_when_idle)
+    status = run_app(spec, settings=settings, stop_when_idle=args.stop_when_idle)
     _emit(args, status, f"{status['application_id']}: {status['state']} {status.get('totals')}")
     return EXIT_OK
 
@@ -295,15 +502,37 @@ def _cmd_app_run(args: argparse.Namespace) -> int:
 def _cmd_app_status(args: argparse.Namespace) -> int:
     import urllib.request
 
-    target: str = args.target
+    from statekeeper.errors import ConfigError
+
+    target: str | None = args.target
+    if target and (
+        target.startswith(("http://", "https://"))
+        or (Path(target).is_file() and Path(target).suffix not in (".yaml", ".yml", ".toml"))
+    ):
+        if args.app:
+            raise ConfigError(f"give --app or a status file/URL, not both ({target})")
+        source = target
+    else:
+        from statekeeper.ops.snapshot_app import running_app_status_url
+
+        _one_app(args, target)
+        settings, _ = _app_target(args, need_spec="app status")
+        source = running_app_status_url(settings) or str(settings.status_path())
+        if not source.startswith("http") and not Path(source).is_file():
+            raise ConfigError(
+                f"app {settings.application_id!r} has no status file at {source}: it has "
+                "not run with this state_dir (set state_dir or status_file to where it ran)"
+            )
     try:
-        if target.startswith(("http://", "https://")):
-            with urllib.request.urlopen(target, timeout=10) as resp:
+        if source.startswith(("http://", "https://")):
+            with urllib.request.urlopen(source, timeout=10) as resp:
                 status = json.load(resp)
         else:
-            status = json.loads(Path(target).read_text())
+            status = json.loads(Path(source).read_text())
     except (OSError, ValueError) as exc:
-        raise StatekeeperError(f"cannot read app status from {target}: {exc}") from exc
+        raise StatekeeperError(f"cannot read app status from {source}: {exc}") from exc
+    if not isinstance(status, dict):
+        raise StatekeeperError(f"{source} is not an app status document")
     last = status.get("last_batch") or {}
     text = (
         f"{status.get('application_id')}: {status.get('state')}; last batch "
@@ -329,11 +558,7 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(exit code 1 when a topic fails)",
         _cmd_audit_changelogs,
     )
-    changelogs.add_argument("--app", required=True, metavar="SPEC", help="app spec (.yaml/.toml)")
-    changelogs.add_argument(
-        "--bootstrap",
-        help="Kafka bootstrap servers (default: STATEKEEPER_BOOTSTRAP_SERVERS, else the spec's)",
-    )
+    _app_options(changelogs)
     changelogs.add_argument(
         "--fix",
         action="store_true",
@@ -377,21 +602,13 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
 
-def _spec_app(spec_file: str, **overrides: Any) -> tuple[Any, Any]:
-    """(settings, app spec) from an app spec file, with the command line's overrides."""
-    from statekeeper.ops.targets import spec_app
-
-    return spec_app(spec_file, **overrides)
-
-
 def _cmd_audit_changelogs(args: argparse.Namespace) -> int:
     from statekeeper.ops.audit.changelog_audit import audit_changelogs
     from statekeeper.ops.audit.forecast import choose_restore_rate
     from statekeeper.ops.audit.history import AuditHistory
     from statekeeper.snapshots.manifest import SnapshotError
 
-    overrides = {"bootstrap_servers": args.bootstrap} if args.bootstrap else {}
-    settings, spec = _spec_app(args.app, **overrides)
+    settings, spec = _app_target(args, need_spec="audit changelogs")
     budget = _budget_of(args, settings)
     status_file = settings.status_path()
     try:
@@ -536,18 +753,19 @@ def _add_stores(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     inspect = _subcommand(sub, "inspect", "print entries of one store", _cmd_stores_inspect)
     for parser in (listing, inspect):
-        parser.add_argument("--app", required=True, metavar="SPEC", help="app spec (.yaml/.toml)")
+        _app_options(parser)
         parser.add_argument("--state-dir", help="state root (default: the spec's settings)")
     inspect.add_argument("--store", required=True, help="store name")
     which = inspect.add_mutually_exclusive_group()
     which.add_argument("--key", help="one key, as text (serialized with the store's key serde)")
     which.add_argument("--prefix", help="keys starting with this text")
-    inspect.add_argument("--limit", type=int, default=100, help="most entries shown (100)")
+    inspect.add_argument(
+        "--limit", type=_int_in(1), default=100, help="most entries shown, >= 1 (100)"
+    )
 
 
 def _store_app(args: argparse.Namespace) -> tuple[Any, Any]:
-    overrides = {"state_dir": args.state_dir} if args.state_dir else {}
-    settings, spec = _spec_app(args.app, **overrides)
+    settings, spec = _app_target(args, need_spec="stores")
     return settings, spec.build_topology()
 
 
@@ -624,11 +842,11 @@ def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         _cmd_snapshot_prune,
     )
     for parser in (create, listing, verify, prune):
-        parser.add_argument(
-            "--app",
-            required=True,
-            metavar="SPEC_OR_ID",
-            help="app spec (.yaml/.toml) or, except for create, an application id",
+        _app_options(
+            parser,
+            app_help="the app: its spec file (.yaml/.toml) or its application id (its spec "
+            f"found in ${SPECS_DIR_ENV}; "
+            + ("needed here)" if parser is create else "or none: the id alone will do)"),
         )
         parser.add_argument("--url", help="snapshot root URL (default: settings.snapshot_url)")
     for parser in (create, listing, verify):
@@ -651,13 +869,8 @@ def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="DIR",
         help="--repair: another folder to search for copies (repeatable)",
     )
-    create.add_argument(
-        "--timeout-s",
-        type=float,
-        default=300.0,
-        help="a running app: how long to wait for the upload (300)",
-    )
-    prune.add_argument("--keep", type=int, help="snapshots kept per task and store")
+    _timeout_option(create, 300.0, "a running app: how long to wait for the upload, seconds")
+    prune.add_argument("--keep", type=_int_in(0), help="snapshots kept per task and store")
     prune.add_argument("--max-age-h", type=float, help="drop snapshots older than this (hours)")
     prune.add_argument(
         "--grace-h",
@@ -668,23 +881,13 @@ def _add_snapshot(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _snapshot_target(args: argparse.Namespace, need_spec: str | None = None) -> tuple[Any, Any]:
-    """(settings, app spec or None) for ``--app``: a spec file, or an application id unless
-    the command named by ``need_spec`` needs the spec."""
-    from statekeeper.errors import ConfigError
-    from statekeeper.settings import load_settings
-
-    overrides: dict[str, Any] = {}
-    if getattr(args, "state_dir", None):
-        overrides["state_dir"] = Path(args.state_dir)
-    if args.url:
-        overrides["snapshot_url"] = args.url
-    if args.app.endswith((".yaml", ".yml", ".toml")) or Path(args.app).is_file():
-        return _spec_app(args.app, **overrides)
-    if need_spec:
-        raise ConfigError(
-            f"{need_spec} needs the app spec (.yaml/.toml) to know its stores; got {args.app!r}"
-        )
-    return load_settings(application_id=args.app, **overrides), None
+    """(settings, app spec or None) for ``--app``: a spec file, or an application id (its
+    spec when the specs folder has it) unless the command named by ``need_spec`` needs the
+    spec; ``--task``/``--store`` are checked against the spec's topology."""
+    settings, spec = _app_target(args, need_spec=need_spec)
+    if spec is not None and (getattr(args, "task", None) or getattr(args, "store", None)):
+        _check_selection(args, spec.build_topology())
+    return settings, spec
 
 
 def _snapshot_storage(settings: Any, create: bool = False) -> Any:
@@ -879,7 +1082,18 @@ def _cmd_snapshot_prune(args: argparse.Namespace) -> int:
     if (args.keep is not None and args.keep < 0) or (args.max_age_h or 0) < 0:
         raise ConfigError("--keep and --max-age-h must be >= 0")
     settings, _ = _snapshot_target(args)
-    storage = _snapshot_storage(settings)
+    empty = {
+        "kept": [],
+        "deleted_snapshots": [],
+        "deleted_shared": [],
+        "deleted_leftovers": [],
+        "unverified": [],
+        "unreadable": [],
+        "shared_kept_because": None,
+    }
+    storage = _existing_snapshot_storage(args, settings, empty)
+    if storage is None:
+        return EXIT_OK
     report = prune(
         storage,
         keep=args.keep,
@@ -916,7 +1130,7 @@ def _add_restore(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "restore a stopped app's stores (or a copy, --to DIR) from a snapshot plus the tail",
         _cmd_restore,
     )
-    restore.add_argument("--app", required=True, metavar="SPEC", help="app spec (.yaml/.toml)")
+    _app_options(restore)
     restore.add_argument("--task", action="append", help="only this task (repeatable)")
     restore.add_argument("--store", action="append", help="only this store (repeatable)")
     restore.add_argument("--url", help="snapshot root URL (default: settings.snapshot_url)")
@@ -1006,7 +1220,7 @@ def _add_drill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "restore every store into a sandbox and prove it right (exit 1 when a check fails)",
         _cmd_drill,
     )
-    drill.add_argument("--app", required=True, metavar="SPEC", help="app spec (.yaml/.toml)")
+    _app_options(drill)
     drill.add_argument(
         "--report-dir",
         help="where the record, report.html and Data Docs go "
@@ -1159,19 +1373,32 @@ def _add_platform(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         ),
     ):
         sub = _subcommand(actions, name, text, handler)
-        sub.add_argument("--root", type=Path, default=Path("var/platform"), help="run folder")
+        _run_dir_option(
+            sub,
+            Path("var/platform"),
+            "the platform's folder: pid files, logs, Airflow home (var/platform)",
+            "--root",
+        )
         if name == "up":
-            sub.add_argument("--airflow-port", type=int, help="default: last used, else 8080")
-            sub.add_argument("--broker-port", type=int, help="default: last used, else 9092")
-            sub.add_argument("--timeout", type=float, default=180.0, help="seconds to come up")
+            sub.add_argument(
+                "--airflow-port", type=PORT, help="1-65535 (default: last used, else 8080)"
+            )
+            sub.add_argument(
+                "--broker-port", type=PORT, help="1-65535 (default: last used, else 9092)"
+            )
+            _timeout_option(sub, 180.0, "seconds to come up")
             sub.add_argument(
                 "--specs-dir", type=Path, help="app specs the DAGs act on (default: spark_apps/)"
             )
             sub.add_argument(
-                "--apps-timeout",
-                type=float,
+                "--apps-timeout-s",
+                type=_seconds,
                 default=180.0,
-                help="seconds to wait for every app to run (or be FAILED/stopped); 0: no wait",
+                help="seconds to wait for every app to run (or be FAILED/stopped); 0: no wait "
+                "(180)",
+            )
+            sub.add_argument(
+                "--apps-timeout", dest="apps_timeout_s", type=_seconds, help=argparse.SUPPRESS
             )
 
 
@@ -1180,13 +1407,13 @@ def _cmd_platform_up(args: argparse.Namespace) -> int:
     from statekeeper.platform.report import up_text
 
     config = PlatformConfig.load(
-        args.root,
+        args.run_dir,
         airflow_port=args.airflow_port,
         broker_port=args.broker_port,
         specs_dir=args.specs_dir,
     )
     say = (lambda _: None) if args.json else (lambda line: print(line, flush=True))
-    result = up(config, timeout_s=args.timeout, apps_timeout_s=args.apps_timeout, say=say)
+    result = up(config, timeout_s=args.timeout_s, apps_timeout_s=args.apps_timeout_s, say=say)
     _emit(args, result, up_text(result))
     return EXIT_NOT_RUNNING if result["apps_bad"] else EXIT_OK
 
@@ -1195,7 +1422,7 @@ def _cmd_platform_down(args: argparse.Namespace) -> int:
     from statekeeper.platform import PlatformConfig, down
 
     say = (lambda _: None) if args.json else (lambda line: print(line, flush=True))
-    result = down(PlatformConfig.load(args.root), say=say)
+    result = down(PlatformConfig.load(args.run_dir), say=say)
     left = result["left"]
     _emit(args, result, f"platform down{'; STILL RUNNING: ' + str(left) if left else ''}")
     return EXIT_ERROR if left else EXIT_OK
@@ -1205,7 +1432,7 @@ def _cmd_platform_status(args: argparse.Namespace) -> int:
     from statekeeper.platform import PlatformConfig, status
     from statekeeper.platform.report import status_text
 
-    result = status(PlatformConfig.load(args.root))
+    result = status(PlatformConfig.load(args.run_dir))
     _emit(args, result, status_text(result))
     return EXIT_OK if result["running"] and not result["apps_bad"] else EXIT_NOT_RUNNING
 
@@ -1222,25 +1449,25 @@ def _add_cluster(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         ("status", "what runs (exit code 3 when not every worker is up)", _cmd_cluster_status),
     ):
         sub = _subcommand(actions, name, text, handler)
-        sub.add_argument(
-            "--dir", type=Path, default=Path("var/cluster"), help="logs, work dirs, cluster.json"
+        _run_dir_option(
+            sub, Path("var/cluster"), "logs, work dirs, cluster.json (var/cluster)", "--dir"
         )
         if name == "start":
-            sub.add_argument("--workers", type=int, default=2, help="number of workers")
-            sub.add_argument("--cores", type=int, default=1, help="cores per worker")
+            sub.add_argument("--workers", type=_int_in(1), default=2, help="number of workers")
+            sub.add_argument("--cores", type=_int_in(1), default=1, help="cores per worker")
             sub.add_argument("--memory", default="2g", help="memory per worker (e.g. 2g)")
-            sub.add_argument("--timeout", type=float, default=90.0, help="seconds to come up")
+            _timeout_option(sub, 90.0, "seconds to come up")
 
 
 def _cmd_cluster_start(args: argparse.Namespace) -> int:
     from statekeeper.cluster.local_cluster import ClusterConfig, LocalSparkCluster
 
     config = ClusterConfig(
-        base_dir=args.dir,
+        base_dir=args.run_dir,
         workers=args.workers,
         cores_per_worker=args.cores,
         memory_per_worker=args.memory,
-        start_timeout_s=args.timeout,
+        start_timeout_s=args.timeout_s,
     )
     status = LocalSparkCluster(config).start().status()
     _emit(
@@ -1248,8 +1475,9 @@ def _cmd_cluster_start(args: argparse.Namespace) -> int:
         status,
         f"Spark master {status['master_url']} (web UI {status['master_webui_url']}), "
         f"{status['alive_workers']} workers; logs in {status['logs']}\n"
-        f"run an app on it: statekeeper app run SPEC --set spark_master={status['master_url']}\n"
-        f"stop it: statekeeper cluster stop --dir {args.dir}",
+        f"run an app on it: statekeeper app run --app SPEC --set "
+        f"spark_master={status['master_url']}\n"
+        f"stop it: statekeeper cluster stop --run-dir {args.run_dir}",
     )
     return EXIT_OK
 
@@ -1257,14 +1485,14 @@ def _cmd_cluster_start(args: argparse.Namespace) -> int:
 def _cmd_cluster_stop(args: argparse.Namespace) -> int:
     from statekeeper.cluster.local_cluster import STATE_FILE, LocalSparkCluster
 
-    if not (args.dir / STATE_FILE).is_file():
+    if not (args.run_dir / STATE_FILE).is_file():
         _emit(
             args,
-            {"base_dir": str(args.dir), "stopped": [], "killed": [], "left": []},
-            f"no cluster recorded in {args.dir}",
+            {"base_dir": str(args.run_dir), "stopped": [], "killed": [], "left": []},
+            f"no cluster recorded in {args.run_dir}",
         )
         return EXIT_OK
-    cluster = LocalSparkCluster.attach(args.dir)
+    cluster = LocalSparkCluster.attach(args.run_dir)
     found = cluster.processes()
     killed = cluster.stop()
     left = cluster.processes()
@@ -1277,10 +1505,12 @@ def _cmd_cluster_stop(args: argparse.Namespace) -> int:
 def _cmd_cluster_status(args: argparse.Namespace) -> int:
     from statekeeper.cluster.local_cluster import STATE_FILE, LocalSparkCluster
 
-    if not (args.dir / STATE_FILE).is_file():
-        _emit(args, {"base_dir": str(args.dir), "running": False}, f"no cluster in {args.dir}")
+    if not (args.run_dir / STATE_FILE).is_file():
+        _emit(
+            args, {"base_dir": str(args.run_dir), "running": False}, f"no cluster in {args.run_dir}"
+        )
         return EXIT_NOT_RUNNING
-    status = LocalSparkCluster.attach(args.dir).status()
+    status = LocalSparkCluster.attach(args.run_dir).status()
     if status["running"]:
         text = (
             f"Spark master {status['master_url']} (web UI {status['master_webui_url']}), "
@@ -1294,6 +1524,56 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
         )
     _emit(args, status, text)
     return EXIT_OK if status["running"] else EXIT_NOT_RUNNING
+
+
+# --- spec: the app spec's schema, and checking a spec -------------------------------------
+
+
+def _add_spec(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    spec = _subcommand(commands, "spec", "app specs: their JSON Schema, and checking one")
+    sub = spec.add_subparsers(title="spec commands", metavar="ACTION")
+    _subcommand(
+        sub,
+        "schema",
+        "print the JSON Schema of an app spec (for editors: YAML language servers, taplo)",
+        _cmd_spec_schema,
+    )
+    check = _subcommand(
+        sub,
+        "check",
+        "validate an app spec (every field, supervision, settings with --set and the "
+        "environment) and build its topology; no broker, no Spark",
+        _cmd_spec_check,
+    )
+    _app_options(check)
+
+
+def _cmd_spec_schema(args: argparse.Namespace) -> int:
+    from statekeeper.app.spec import spec_json_schema
+
+    print(json.dumps(spec_json_schema(), indent=None if args.json else 2, sort_keys=True))
+    return EXIT_OK
+
+
+def _cmd_spec_check(args: argparse.Namespace) -> int:
+    settings, spec = _app_target(args, need_spec="spec check")
+    topology = spec.build_topology()
+    stores = sorted(getattr(topology, "stores", None) or {})
+    payload = {
+        "application_id": settings.application_id,
+        "spec": str(spec.spec_path),
+        "ok": True,
+        "stores": stores,
+        "bootstrap_servers": settings.bootstrap_servers,
+        "state_dir": str(settings.state_dir),
+    }
+    _emit(
+        args,
+        payload,
+        f"{settings.application_id}: spec OK ({len(stores)} store(s): {', '.join(stores)}; "
+        f"bootstrap {settings.bootstrap_servers}, state_dir {settings.state_dir})",
+    )
+    return EXIT_OK
 
 
 if __name__ == "__main__":

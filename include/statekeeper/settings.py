@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -197,13 +200,62 @@ class StatekeeperSettings(BaseSettings):
         return Path(self.status_file or Path(self.state_dir) / self.application_id / "status.json")
 
 
+#: Where a value came from, for error messages: (the name it is shown under, where it was
+#: set), e.g. ("settings.state_dir", "at app.yaml:7") or ("state_dir", "from --set
+#: state_dir=x"); None: not set explicitly (a default, or an environment variable).
+SourceOf = Callable[[str], "tuple[str, str] | None"]
+
+
+def env_var(field: str) -> str:
+    """The environment variable of a settings field: ``STATEKEEPER_<FIELD>``."""
+    return f"STATEKEEPER_{field.upper()}"
+
+
+def close_names(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean x?)`` when ``name`` is close to one of ``known``, else ``""``."""
+    found = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {found[0]}?)" if found else ""
+
+
+def describe_error(
+    err: Mapping[str, Any], name: str, where: str | None, known: Iterable[str] = ()
+) -> str:
+    """One pydantic error as ``name: problem (got value) where``: an unknown field says so,
+    with the close names among ``known``."""
+    if err["type"] == "extra_forbidden":
+        leaf = name.rsplit(".", 1)[-1]
+        text = f"{name}: unknown field{close_names(leaf, known)}"
+    else:
+        message = str(err["msg"]).removeprefix("Value error, ")
+        got = "" if err["type"] == "missing" else f" (got {err['input']!r})"
+        text = f"{name}: {message}{got}"
+    return f"{text} {where}" if where else text
+
+
+def settings_from(
+    values: Mapping[str, object], source_of: SourceOf | None = None
+) -> StatekeeperSettings:
+    """Settings from env + ``values``; a bad value raises one ConfigError naming each problem
+    and where its value came from: ``source_of(field)`` for the fields of ``values``, the
+    environment variable for the others."""
+    try:
+        return StatekeeperSettings(**values)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc: Sequence[Any] = err["loc"]
+            field = str(loc[0]) if loc else ""
+            name, where = ".".join(str(p) for p in loc) or "settings", None
+            source = source_of(field) if source_of is not None and field in values else None
+            if source is not None:
+                shown, where = source
+                name = ".".join([shown, *(str(p) for p in loc[1:])])
+            elif field and field not in values and env_var(field) in os.environ:
+                where = f"from env {env_var(field)}"
+            problems.append(describe_error(err, name, where, StatekeeperSettings.model_fields))
+        raise ConfigError(f"invalid statekeeper settings: {'; '.join(problems)}") from exc
+
+
 def load_settings(**overrides: object) -> StatekeeperSettings:
     """Build settings from env + overrides, turning validation errors into one clear ConfigError."""
-    try:
-        return StatekeeperSettings(**overrides)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigError(f"invalid statekeeper settings: {problems}") from exc
+    return settings_from(overrides)

@@ -126,7 +126,7 @@ def test_restore_cli_json(admin, broker, tmp_path, capsys):
     assert main(["restore", "--app", str(spec), "--from-snapshot", "no-such-id"]) == 2
     assert "no snapshot 'no-such-id'" in capsys.readouterr().err
     assert main(["restore", "--app", str(spec), "--store", "nope", "--from-snapshot", "none"]) == 2
-    assert "no store ['nope']" in capsys.readouterr().err
+    assert "--store nope: no such store" in capsys.readouterr().err
 
 
 def _store_contents(state_dir: Path, app_id: str, task: str) -> dict[str, dict]:

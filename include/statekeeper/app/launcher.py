@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.app.child_process import die_with_parent
-from statekeeper.app.spec import load_app_spec
+from statekeeper.app.spec import AppSpec, load_app_spec
 from statekeeper.errors import ConfigError, StatekeeperError
+from statekeeper.settings import StatekeeperSettings
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
@@ -31,16 +32,20 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def run_app(
-    spec_path: str | Path,
+    spec_path: str | Path | AppSpec,
     overrides: dict[str, Any] | None = None,
     *,
     stop_when_idle: bool = False,
+    settings: StatekeeperSettings | None = None,
 ) -> dict[str, Any]:
-    """Build and run the app of ``spec_path``; returns its final status document."""
+    """Build and run the app of ``spec_path`` (a spec file, or a loaded spec); returns its
+    final status document. ``settings``: already resolved (else from the spec and
+    ``overrides``)."""
     from statekeeper.app.statekeeper_app import StatekeeperApp
 
-    spec = load_app_spec(spec_path)
-    settings = spec.resolved_settings(**(overrides or {}))
+    spec = spec_path if isinstance(spec_path, AppSpec) else load_app_spec(spec_path)
+    if settings is None:
+        settings = spec.resolved_settings(**(overrides or {}))
     app = StatekeeperApp(spec.build_topology(), settings, spark_conf=spec.spark.conf)
     app.run(stop_when_idle=stop_when_idle)
     return app.board.snapshot()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.errors import TaskLockedError
-from statekeeper.settings import StatekeeperSettings
+from statekeeper.settings import StatekeeperSettings, close_names
 from statekeeper.snapshots.catalog import list_snapshots
 from statekeeper.snapshots.install import (
     LATEST,
@@ -45,6 +45,35 @@ def parse_task_id(task_id: str) -> tuple[int, int]:
     if not match:
         raise RestoreError(f"task id {task_id!r} is not <subtopology>_<partition>")
     return int(match[1]), int(match[2])
+
+
+def check_selection(
+    topology: Any, tasks: list[str] | None = None, stores: list[str] | None = None
+) -> None:
+    """Refuse ``tasks`` and ``stores`` the topology does not have, before anything reads
+    the broker or the state: a task ``<subtopology>_<partition>`` of a stateful
+    subtopology, a store of those tasks (of any task when no task is named)."""
+    stateful = {s.id: topology.store_specs(s.id) for s in topology.subtopologies}
+    stateful = {sub: specs for sub, specs in stateful.items() if specs}
+    subs = set(stateful)
+    for task_id in tasks or []:
+        sub, _ = parse_task_id(task_id)
+        if sub not in stateful:
+            known = ", ".join(f"{s}_<partition>" for s in sorted(stateful)) or "none"
+            raise RestoreError(
+                f"--task {task_id}: the topology has no stateful subtopology {sub} (its "
+                f"tasks with stores: {known})"
+            )
+    if tasks:
+        subs = {parse_task_id(t)[0] for t in tasks}
+    names = sorted({spec.name for sub in subs for spec in stateful[sub]})
+    for store in stores or []:
+        if store not in names:
+            of = f"tasks {', '.join(tasks)}" if tasks else "the topology"
+            raise RestoreError(
+                f"--store {store}: no such store in {of}{close_names(store, names)}; "
+                f"stores: {', '.join(names) or 'none'}"
+            )
 
 
 def ensure_stopped(settings: StatekeeperSettings, task_id: str) -> None:
@@ -150,6 +179,7 @@ def restore_app(
     ``to``: build the copy under this state root instead, read-only against the changelogs
     (each store at its last commit marker; nothing is reverted or re-logged), so it may run
     while the app does and never touches the app's own state."""
+    check_selection(topology, tasks, stores)
     if from_snapshot not in (LATEST, NONE):
         if storage is None:
             raise RestoreError(f"snapshot {from_snapshot!r} needs a snapshot storage")
