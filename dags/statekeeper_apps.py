@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
-from statekeeper.airflow.specs import discover_apps
+from statekeeper.airflow.specs import discover, invalid_spec_task
 from statekeeper.airflow.supervision.operator import SupervisedAppOperator
 
 
@@ -44,7 +44,10 @@ def _params(action: str, actions: list[str]) -> dict[str, Param]:
 
 
 def _steps(prefix: str, actions_only: bool) -> None:
-    for app in discover_apps():
+    apps, invalid = discover()
+    for bad in invalid:  # an invalid spec: a task that fails naming it; the others still run
+        invalid_spec_task(f"{prefix}_{bad.name}", bad)
+    for app in apps:
         SupervisedAppOperator(
             task_id=f"{prefix}_{app.application_id}",
             application_id=app.application_id,

@@ -12,7 +12,7 @@ from datetime import datetime
 from airflow.sdk import DAG, Param
 
 from statekeeper.airflow.operators import StatekeeperAuditOperator
-from statekeeper.airflow.specs import discover_apps
+from statekeeper.airflow.specs import discover, invalid_spec_task
 
 with DAG(
     dag_id="statekeeper_changelog_audit",
@@ -33,10 +33,13 @@ with DAG(
     render_template_as_native_obj=True,
     doc_md=__doc__,
 ):
-    for app in discover_apps():
+    apps, invalid = discover()
+    for app in apps:
         StatekeeperAuditOperator(
             task_id=f"audit_{app.application_id}",
             spec_path=app.spec_path,
             fix="{{ params.fix }}",
             restore_time_budget_s="{{ params.restore_time_budget_s }}",
         )
+    for bad in invalid:  # an invalid spec: a task that fails naming it; the others still run
+        invalid_spec_task(f"audit_{bad.name}", bad)

@@ -11,9 +11,9 @@ from datetime import datetime
 from airflow.sdk import DAG, AssetAny, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from statekeeper.airflow.operators import StatekeeperDrillOperator
-from statekeeper.airflow.specs import discover_apps
+from statekeeper.airflow.specs import discover, invalid_spec_task
 
-apps = discover_apps()
+apps, invalid = discover()
 daily = CronTriggerTimetable("@daily", timezone="UTC")
 
 with DAG(
@@ -40,3 +40,5 @@ with DAG(
             spec_path=app.spec_path,
             from_snapshot="{{ params.from_snapshot }}",
         )
+    for bad in invalid:  # an invalid spec: a task that fails naming it; the others still run
+        invalid_spec_task(f"drill_{bad.name}", bad)

@@ -11,7 +11,7 @@ from datetime import datetime
 from airflow.sdk import DAG, Param
 
 from statekeeper.airflow.operators import StatekeeperSnapshotOperator
-from statekeeper.airflow.specs import discover_apps
+from statekeeper.airflow.specs import discover, invalid_spec_task
 
 with DAG(
     dag_id="statekeeper_snapshots",
@@ -26,10 +26,13 @@ with DAG(
     render_template_as_native_obj=True,
     doc_md=__doc__,
 ):
-    for app in discover_apps():
+    apps, invalid = discover()
+    for app in apps:
         StatekeeperSnapshotOperator(
             task_id=f"snapshot_{app.application_id}",
             spec_path=app.spec_path,
             keep="{{ params.keep }}",
             outlets=[app.snapshot_asset],
         )
+    for bad in invalid:  # an invalid spec: a task that fails naming it; the others still run
+        invalid_spec_task(f"snapshot_{bad.name}", bad)

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import AIRFLOW_ENV, DAGS
 
 DAG_IDS = {
@@ -65,3 +67,72 @@ def test_every_dag_imports_fast_without_heavy_modules(airflow_db):
     assert len(found["seconds"]) == len(DAG_IDS) - 1  # both supervision DAGs: one file
     assert all(seconds < 1.0 for seconds in found["seconds"].values()), found["seconds"]
     assert found["heavy"] == []
+
+
+_BAD_SPEC_PROBE = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+print(json.dumps({
+    "errors": {str(k): str(v) for k, v in bag.import_errors.items()},
+    "dags": {d: sorted(t.task_id for t in bag.dags[d].tasks) for d in bag.dags},
+    "placeholders": {
+        f"{d}.{t.task_id}": [t.spec_path, t.reason]
+        for d in bag.dags for t in bag.dags[d].tasks if type(t).__name__ == "InvalidSpecOperator"
+    },
+}))
+"""
+
+
+def test_a_bad_spec_fails_only_its_own_tasks(airflow_db, tmp_path):
+    """One invalid spec in the specs folder: every DAG still parses, the other apps' tasks
+    exist, and the bad app gets a placeholder task per DAG that names the spec and the
+    one-line reason (it fails when run)."""
+    specs = tmp_path / "specs"
+    for name in ("alpha", "beta"):
+        (specs / name).mkdir(parents=True)
+        (specs / name / f"{name}.yaml").write_text(
+            f"application_id: {name}\ntopology: topology.py:build\n"
+        )
+    bad = specs / "gamma" / "gamma.yaml"
+    bad.parent.mkdir()
+    bad.write_text(
+        "application_id: gamma\ntopology: topology.py:build\nsupervision:\n  stall_timeout: 300\n"
+    )
+    env = {**os.environ, **AIRFLOW_ENV, "STATEKEEPER_SPECS_DIR": str(specs)}
+    done = subprocess.run(
+        [sys.executable, "-c", _BAD_SPEC_PROBE, str(DAGS)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["errors"] == {}
+    assert set(found["dags"]) == DAG_IDS
+    for dag_id, verb in (
+        ("statekeeper_apps", "supervise"),
+        ("statekeeper_app_actions", "act"),
+        ("statekeeper_snapshots", "snapshot"),
+        ("statekeeper_restore_drill", "drill"),
+        ("statekeeper_changelog_audit", "audit"),
+    ):
+        assert found["dags"][dag_id] == [f"{verb}_alpha", f"{verb}_beta", f"{verb}_gamma"]
+        path, reason = found["placeholders"][f"{dag_id}.{verb}_gamma"]
+        assert path == str(bad)
+        assert reason == (
+            "invalid app spec: supervision.stall_timeout: unknown field (did you mean "
+            f"stall_timeout_s?) at {bad}:4"
+        )
+    assert len(found["placeholders"]) == len(DAG_IDS)
+
+
+def test_the_placeholder_task_fails_naming_the_spec():
+    from airflow.sdk.exceptions import AirflowException
+
+    from statekeeper.airflow.operators.invalid_spec import InvalidSpecOperator
+
+    task = InvalidSpecOperator(task_id="snapshot_gamma", spec_path="g.yaml", reason="bad field")
+    with pytest.raises(AirflowException, match=r"app spec g.yaml is invalid: bad field"):
+        task.execute({})

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from statekeeper.airflow.specs import discover_apps, snapshot_asset
+from statekeeper.airflow.specs import discover, discover_apps, snapshot_asset
 from statekeeper.errors import ConfigError
 
 TOPOLOGY = "def build(**params):\n    raise AssertionError('specs are not built at parse time')\n"
@@ -45,3 +47,32 @@ def test_two_specs_of_one_app_and_a_missing_folder_are_named(tmp_path, monkeypat
     monkeypatch.setenv("STATEKEEPER_SPECS_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match="nowhere does not exist.*STATEKEEPER_SPECS_DIR"):
         discover_apps()
+
+
+def test_a_bad_spec_is_kept_apart_with_its_one_line_reason(tmp_path):
+    good = _spec(tmp_path / "good", "good", "app-good")
+    typo = tmp_path / "typo" / "typo.yaml"
+    typo.parent.mkdir()
+    typo.write_text(
+        "application_id: app-typo\ntopology: x.py:build\nsupervision:\n  stall_timeout: 300\n"
+    )
+    broken = tmp_path / "broken" / "broken.yaml"
+    broken.parent.mkdir()
+    broken.write_text("application_id: [\n")
+    _spec(tmp_path / "twin", "twin", "app-good")  # a second spec of an app id
+
+    apps, invalid = discover(tmp_path)
+    assert [(a.application_id, a.spec_path) for a in apps] == [("app-good", str(good))]
+    reasons = {Path(bad.spec_path).parent.name: bad for bad in invalid}
+    assert set(reasons) == {"typo", "broken", "twin"}
+    assert reasons["typo"].name == "app-typo"  # its own app id: its tasks keep their names
+    assert reasons["typo"].reason == (
+        "invalid app spec: supervision.stall_timeout: unknown field (did you mean "
+        f"stall_timeout_s?) at {typo}:4"
+    )
+    assert reasons["broken"].name == "invalid_broken_broken_yaml"
+    assert "not valid yaml" in reasons["broken"].reason and "\n" not in reasons["broken"].reason
+    assert reasons["twin"].name == "invalid_twin_twin_yaml"  # app-good is taken
+    assert "'app-good' is in two specs" in reasons["twin"].reason
+    with pytest.raises(ConfigError, match="app-typo|not valid yaml|two specs"):
+        discover_apps(tmp_path)  # the strict form still refuses

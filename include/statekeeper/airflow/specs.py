@@ -1,18 +1,45 @@
 """The apps a DAG drives: every app spec in one folder (``<folder>/*/*.yaml|yml|toml``), and
-the Asset each app's snapshots publish."""
+the Asset each app's snapshots publish.
+
+A bad spec stays its own app's problem: :func:`discover` returns it apart
+(:class:`InvalidSpec`, with the one-line reason), and each DAG gives it a placeholder task
+that fails naming the spec and the reason (:func:`invalid_spec_task`), so the other apps'
+tasks still exist."""
 
 from __future__ import annotations
 
-import os
+import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from airflow.sdk import Asset
 
-SPECS_DIR_ENV = "STATEKEEPER_SPECS_DIR"
-# The repo's shipped apps, for a DAG folder that is the repo's dags/.
-DEFAULT_SPECS_DIR = Path(__file__).resolve().parents[3] / "spark_apps"
-SPEC_SUFFIXES = (".yaml", ".yml", ".toml")
+from statekeeper.app.spec import (
+    DEFAULT_SPECS_DIR,
+    SPEC_SUFFIXES,
+    SPECS_DIR_ENV,
+    peek_application_id,
+    spec_files,
+    specs_dir,
+)
+
+__all__ = [
+    "DEFAULT_SPECS_DIR",
+    "SPECS_DIR_ENV",
+    "SPEC_SUFFIXES",
+    "AppTarget",
+    "InvalidSpec",
+    "discover",
+    "discover_apps",
+    "invalid_spec_task",
+    "snapshot_asset",
+    "specs_dir",
+    "supervision_asset",
+]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,16 +75,21 @@ def supervision_asset(application_id: str) -> Asset:
     )
 
 
-def specs_dir() -> Path:
-    """The folder of app specs: ``$STATEKEEPER_SPECS_DIR``, else the repo's spark_apps/."""
-    return Path(os.environ.get(SPECS_DIR_ENV) or DEFAULT_SPECS_DIR)
+@dataclass(frozen=True)
+class InvalidSpec:
+    """A spec file of the folder that does not load: its path, the one-line reason, and the
+    name its placeholder tasks get (``<verb>_<name>``): its application id when the file
+    declares one no valid spec has, else ``invalid_<folder>_<file>``."""
+
+    spec_path: str
+    reason: str
+    name: str
 
 
-def discover_apps(folder: Path | None = None) -> list[AppTarget]:
-    """Every app spec one level below ``folder`` (default :func:`specs_dir`), by app id.
-
-    Raises ConfigError naming the file for an invalid spec and for two specs of one app id.
-    """
+def discover(folder: Path | None = None) -> tuple[list[AppTarget], list[InvalidSpec]]:
+    """Every app spec one level below ``folder`` (default :func:`specs_dir`): the valid ones
+    by app id, and the invalid ones (a spec that does not load, or a second spec of an app
+    id) with their reason. Raises ConfigError only when the folder does not exist."""
     from statekeeper.app.spec import load_app_spec
     from statekeeper.errors import ConfigError
 
@@ -65,11 +97,52 @@ def discover_apps(folder: Path | None = None) -> list[AppTarget]:
     if not folder.is_dir():
         raise ConfigError(f"app specs folder {folder} does not exist (set {SPECS_DIR_ENV})")
     found: dict[str, AppTarget] = {}
-    for path in sorted(p for p in folder.glob("*/*") if p.suffix in SPEC_SUFFIXES):
-        app_id = load_app_spec(path).application_id
+    bad: list[tuple[Path, str]] = []
+    for path in spec_files(folder):
+        try:
+            app_id = load_app_spec(path).application_id
+        except ConfigError as exc:
+            bad.append((path, _one_line(str(exc))))
+            continue
         if app_id in found:
-            raise ConfigError(
-                f"app id {app_id!r} is in two specs: {found[app_id].spec_path} and {path}"
+            bad.append(
+                (path, f"app id {app_id!r} is in two specs: {found[app_id].spec_path} and {path}")
             )
+            continue
         found[app_id] = AppTarget(app_id, str(path))
-    return list(found.values())
+    invalid = []
+    taken = set(found)
+    for path, reason in bad:
+        name = peek_application_id(path)
+        if name is None or name in taken or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+            name = re.sub(r"[^A-Za-z0-9_-]", "_", f"invalid_{path.parent.name}_{path.name}")
+        taken.add(name)
+        log.warning("app spec %s is invalid, its tasks fail: %s", path, reason)
+        invalid.append(InvalidSpec(str(path), reason, name))
+    return list(found.values()), invalid
+
+
+def discover_apps(folder: Path | None = None) -> list[AppTarget]:
+    """Every valid app spec one level below ``folder`` (default :func:`specs_dir`), by app id.
+
+    Strict: raises ConfigError naming the file for an invalid spec and for two specs of one
+    app id (the DAGs use :func:`discover`, which keeps a bad spec to its own app).
+    """
+    from statekeeper.errors import ConfigError
+
+    apps, invalid = discover(folder)
+    if invalid:
+        raise ConfigError(f"app spec {invalid[0].spec_path}: {invalid[0].reason}")
+    return apps
+
+
+def invalid_spec_task(task_id: str, spec: InvalidSpec) -> Any:
+    """The placeholder task of an invalid spec in a DAG: it fails naming the spec and the
+    reason (so the grid shows it), and the other apps' tasks run as usual."""
+    from statekeeper.airflow.operators.invalid_spec import InvalidSpecOperator
+
+    return InvalidSpecOperator(task_id=task_id, spec_path=spec.spec_path, reason=spec.reason)
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
