@@ -20,7 +20,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: help venv install browser screenshot test test-chaos lint demo bench-restore bench-snapshot-restore bench-throughput bench-failover lock clean distclean
+.PHONY: help venv install browser screenshot test test-chaos lint demo up down status bench-restore bench-snapshot-restore bench-throughput bench-failover lock clean distclean
 
 help:
 	@echo "make venv|install  create .venv and install requirements-dev.lock (runtime + test/dev tools)"
@@ -49,7 +49,7 @@ help:
 	@echo "                   ARGS='--scenarios frozen' runs one)"
 	@echo "make lock          recompile requirements.lock (runtime: the image) from requirements.in,"
 	@echo "                   then requirements-dev.lock (runtime + dev tools) from requirements-dev.in"
-	@echo "make clean         stop the embedded broker, remove caches and var/"
+	@echo "make clean         stop the embedded broker and the platform, remove caches and var/"
 	@echo "make distclean     clean + remove .venv"
 
 venv install: $(STAMP)

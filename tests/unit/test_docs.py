@@ -159,7 +159,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     try:
         import mkdocs  # noqa: F401
     except ImportError:
-        pytest.fail("install mkdocs (requirements.in)")
+        pytest.fail("install mkdocs (requirements-dev.in; make install)")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
         cwd=REPO,
