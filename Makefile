@@ -91,7 +91,7 @@ screenshot: $(STAMP) browser
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	STATEKEEPER_E2E_KILLS=2 STATEKEEPER_CLUSTER_KILLS=1 STATEKEEPER_CLUSTER_FREEZES=1 \
-		$(VENV)/bin/pytest -q -n 2 --dist loadgroup -m 'not chaos'
+		$(VENV)/bin/pytest -q -n 2 --dist loadgroup -m 'not chaos' --durations=25
 
 # A failing run prints its seed and kill count: rerun with STATEKEEPER_E2E_SEED=<seed>.
 test-chaos: $(STAMP)
