@@ -11,7 +11,8 @@ machine-readable output.
 
 Every command that acts on an app takes the same options: ``--app SPEC`` (a spec file, or
 an application id found in ``$STATEKEEPER_SPECS_DIR``), ``--set NAME=VALUE`` (repeatable)
-and ``--bootstrap`` (the ``bootstrap_servers`` setting); see :func:`statekeeper.cli.common.app_options`.
+and ``--bootstrap`` (the ``bootstrap_servers`` setting); see
+:func:`statekeeper.cli.common.app_options`.
 """
 
 from __future__ import annotations
