@@ -306,27 +306,30 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_start_status_stop(tmp_path: Path) -> None:
     base = str(tmp_path / "cluster")
-    started = _cli("start", "--workers", "1", "--memory", "1g", "--dir", base)
+    started = _cli("start", "--workers", "1", "--memory", "1g", "--run-dir", base)
     try:
         assert started.returncode == 0, started.stderr
-        assert "statekeeper app run SPEC --set spark_master=spark://127.0.0.1:" in started.stdout
+        assert (
+            "statekeeper app run --app SPEC --set spark_master=spark://127.0.0.1:" in started.stdout
+        )
 
-        status = _cli("status", "--dir", base, "--json")
+        status = _cli("status", "--dir", base, "--json")  # --dir: the old name, still taken
         assert status.returncode == 0, status.stderr
         up = json.loads(status.stdout)
         assert up["running"] and up["alive_workers"] == 1
         assert f"--set spark_master={up['master_url']}" in started.stdout
         pids = [up["master_pid"], up["workers"][0]["pid"]]
 
-        again = _cli("start", "--dir", base, "--json")
+        again = _cli("start", "--run-dir", base, "--json")
         assert again.returncode == 2 and "still runs" in again.stderr, again.stderr
+        assert "still runs" in json.loads(again.stdout)["error"]  # one JSON object too
 
-        stopped = _cli("stop", "--dir", base, "--json")
+        stopped = _cli("stop", "--run-dir", base, "--json")
         assert stopped.returncode == 0, stopped.stderr
         assert set(json.loads(stopped.stdout)["stopped"]) >= set(pids)
         assert all(start_ticks(pid) is None for pid in pids)
 
-        down = _cli("status", "--dir", base, "--json")
+        down = _cli("status", "--run-dir", base, "--json")
         assert down.returncode == 3
         assert json.loads(down.stdout)["running"] is False
     finally:
