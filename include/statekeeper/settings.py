@@ -227,7 +227,8 @@ def describe_error(
         text = f"{name}: unknown field{close_names(leaf, known)}"
     else:
         message = str(err["msg"]).removeprefix("Value error, ")
-        got = "" if err["type"] == "missing" else f" (got {err['input']!r})"
+        shown = repr(err.get("input"))
+        got = "" if err["type"] == "missing" or shown in message else f" (got {shown})"
         text = f"{name}: {message}{got}"
     return f"{text} {where}" if where else text
 
