@@ -169,6 +169,9 @@ def test_patient_monitoring_is_exact_after_random_kill9s(broker, tmp_path) -> No
     assert pm_ref.latest_heart_rate(outputs) == expected.heart_rate
 
 
+# ~80 s: make test-chaos only. make test keeps SIGTERM covered through the real spark-submit
+# (tests/spark/test_spark_submit_sigterm.py) and the supervisor's graceful stops.
+@pytest.mark.chaos
 @pytest.mark.parametrize("signal_name", ["SIGTERM"])
 def test_sigterm_stops_gracefully_after_committing(broker, tmp_path, signal_name) -> None:
     bootstrap = broker.bootstrap_servers
