@@ -32,7 +32,7 @@ from pathlib import Path
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.embedded import EmbeddedBroker
 from statekeeper.settings import load_settings
-from statekeeper.standby.replica import StandbyTask
+from statekeeper.standby.standby_task import StandbyTask
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores import Stores
 

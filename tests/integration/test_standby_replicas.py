@@ -20,14 +20,14 @@ from statekeeper.kafka.adapter import consumer_config
 from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage, snapshot_task
 from statekeeper.snapshots.install import installer_for
+from statekeeper.standby.executor_standbys import StandbyReplicas
 from statekeeper.standby.listener import (
     BaseStandbyUpdateListener,
     RecordingStandbyListener,
     SuspendReason,
     replay_event,
 )
-from statekeeper.standby.replica import StandbyTask, StandbyUnavailableError, UpdateResult
-from statekeeper.standby.replicas import StandbyReplicas
+from statekeeper.standby.standby_task import StandbyTask, StandbyUnavailableError, UpdateResult
 from statekeeper.state.directory import TaskDirectory, TaskLock
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores import Stores

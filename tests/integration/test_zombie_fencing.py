@@ -42,7 +42,7 @@ from statekeeper.kafka.model import OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_end_offsets
 from statekeeper.kafka.range_reader import read_ranges
 from statekeeper.settings import load_settings
-from statekeeper.standby.replica import StandbyTask, UpdateResult
+from statekeeper.standby.standby_task import StandbyTask, UpdateResult
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_state_manager import TaskStateManager
 from statekeeper.stores import Stores

@@ -92,7 +92,7 @@ def _components(
     parts: dict[str, ExecutorComponent] = {}
     standbys: Any = None
     if settings.num_standby_replicas > 0:
-        from statekeeper.standby.replicas import StandbyReplicas
+        from statekeeper.standby.executor_standbys import StandbyReplicas
 
         standbys = StandbyReplicas(
             settings,

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from statekeeper.errors import StatekeeperError
+from statekeeper.standby.executor_standbys import parse_task_id
 from statekeeper.standby.listener import (
     BaseStandbyUpdateListener,
     CompositeStandbyUpdateListener,
@@ -14,7 +15,6 @@ from statekeeper.standby.listener import (
     SuspendReason,
     replay_event,
 )
-from statekeeper.standby.replicas import parse_task_id
 
 TP = ("app-kv-changelog", 3)
 
@@ -85,7 +85,7 @@ def test_unknown_events_and_task_ids_are_refused() -> None:
 
 
 def test_reports_keep_rare_events_beside_many_batch_loads() -> None:
-    from statekeeper.standby.replicas import report_events
+    from statekeeper.standby.executor_standbys import report_events
 
     recorder = RecordingStandbyListener(max_events=50)
     recorder.on_update_start(TP, "kv", 0)

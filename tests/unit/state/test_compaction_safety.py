@@ -95,7 +95,7 @@ from statekeeper.changelog.records import MARKER_KEY, CommitMarker, changelog_to
 from statekeeper.changelog.restorer import ChangelogRestorer
 from statekeeper.kafka.partition_reader import PartitionRun
 from statekeeper.standby import tail as tail_module
-from statekeeper.standby.replica import StandbyTask, UpdateResult
+from statekeeper.standby.standby_task import StandbyTask, UpdateResult
 from statekeeper.state.directory import TaskDirectory
 from statekeeper.state.task_state_manager import TaskStateManager
 from statekeeper.state.transaction import TransactionState

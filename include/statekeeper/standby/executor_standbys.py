@@ -30,7 +30,7 @@ from statekeeper.standby.listener import (
     StandbyUpdateListener,
     SuspendReason,
 )
-from statekeeper.standby.replica import (
+from statekeeper.standby.standby_task import (
     StandbyTask,
     StandbyUnavailableError,
     StoreInstaller,
