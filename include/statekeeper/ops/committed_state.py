@@ -9,7 +9,6 @@ both cases there is nothing to snapshot or to drill, which is not a failure.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ from typing import Any
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.checkpoint import read_checkpoint
 from statekeeper.state.directory import TaskDirectory
-
-_TASK_DIR = re.compile(r"^(\d+)_(\d+)$")
+from statekeeper.state.task_id import TaskId
 
 
 @dataclass
@@ -53,8 +51,8 @@ def committed_state(settings: StatekeeperSettings, topology: Any) -> CommittedSt
         return found
     stateful = {sub.id for sub in topology.subtopologies if topology.store_specs(sub.id)}
     for entry in sorted(app_dir.iterdir()):
-        match = _TASK_DIR.match(entry.name)
-        if not (entry.is_dir() and match and int(match[1]) in stateful):
+        tid = TaskId.try_parse(entry.name)
+        if not (entry.is_dir() and tid is not None and tid.subtopology in stateful):
             continue
         found.opened.append(entry.name)
         directory = TaskDirectory(settings.state_dir, settings.application_id, entry.name)

@@ -15,7 +15,6 @@ The app must be stopped: a task whose lock another process holds is refused, nam
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,19 @@ from statekeeper.snapshots.install import (
 from statekeeper.snapshots.storage import SnapshotStorage
 from statekeeper.state.directory import TaskDirectory, TaskLock
 from statekeeper.state.environment import StateEnvironment
+from statekeeper.state.task_id import TaskId
 
 __all__ = ["LATEST", "NONE", "RestoreError", "StoreRestore", "restore_app", "restore_task"]
 
-_TASK_ID = re.compile(r"^(\d+)_(\d+)$")
-
 
 def parse_task_id(task_id: str) -> tuple[int, int]:
-    """``(subtopology, partition)`` of a task id ``<sub>_<partition>``."""
-    match = _TASK_ID.match(task_id)
-    if not match:
-        raise RestoreError(f"task id {task_id!r} is not <subtopology>_<partition>")
-    return int(match[1]), int(match[2])
+    """``(subtopology, partition)`` of a task id ``<sub>_<partition>`` (a
+    :class:`RestoreError` when it is not one)."""
+    try:
+        tid = TaskId.parse(task_id)
+    except ValueError as exc:
+        raise RestoreError(str(exc)) from None
+    return tid.subtopology, tid.partition
 
 
 def check_selection(
@@ -156,7 +156,9 @@ def restore_tasks(topology: Any, settings: StatekeeperSettings, storage: Any) ->
     found: set[str] = set()
     app_dir = Path(settings.state_dir) / settings.application_id
     if app_dir.is_dir():
-        found |= {p.name for p in app_dir.iterdir() if p.is_dir() and _TASK_ID.match(p.name)}
+        found |= {
+            p.name for p in app_dir.iterdir() if p.is_dir() and TaskId.try_parse(p.name) is not None
+        }
     if storage is not None:
         found |= {m.task for m in list_snapshots(storage)}
     return sorted((t for t in found if parse_task_id(t)[0] in stateful), key=parse_task_id)

@@ -12,7 +12,6 @@ store by store (:func:`snapshot_app`).
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.error
 import urllib.request
@@ -24,8 +23,7 @@ from statekeeper.snapshots.create import SnapshotResult, snapshot_task
 from statekeeper.snapshots.manifest import SnapshotError
 from statekeeper.snapshots.storage import SharedFiles, SnapshotStorage
 from statekeeper.state.environment import StateEnvironment
-
-_TASK_DIR = re.compile(r"^(\d+)_(\d+)$")
+from statekeeper.state.task_id import TaskId
 
 
 def local_tasks(settings: StatekeeperSettings, topology: Any) -> list[tuple[str, int, int]]:
@@ -39,9 +37,9 @@ def local_tasks(settings: StatekeeperSettings, topology: Any) -> list[tuple[str,
     stateful = {sub.id for sub in topology.subtopologies if topology.store_specs(sub.id)}
     found = []
     for entry in sorted(app_dir.iterdir()):
-        match = _TASK_DIR.match(entry.name)
-        if entry.is_dir() and match and int(match[1]) in stateful:
-            found.append((entry.name, int(match[1]), int(match[2])))
+        tid = TaskId.try_parse(entry.name)
+        if entry.is_dir() and tid is not None and tid.subtopology in stateful:
+            found.append((entry.name, tid.subtopology, tid.partition))
     return sorted(found, key=lambda t: (t[1], t[2]))
 
 

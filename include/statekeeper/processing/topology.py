@@ -22,12 +22,14 @@ from statekeeper.processing.nodes import (
     TopicRef,
 )
 from statekeeper.processing.task_state_store import task_state_spec, task_state_store_name
+from statekeeper.state.task_id import TaskId
 from statekeeper.stores.builders import StoreSpec
 
 
 def task_id(subtopology_id: int, partition: int) -> str:
-    """``<subtopology>_<partition>``, as in Kafka Streams (R1, docs/invariants.md)."""
-    return f"{subtopology_id}_{partition}"
+    """``<subtopology>_<partition>``, as in Kafka Streams (R1, docs/invariants.md; the format
+    is :class:`statekeeper.state.task_id.TaskId`'s)."""
+    return str(TaskId(subtopology_id, partition))
 
 
 @dataclass

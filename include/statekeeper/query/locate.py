@@ -10,6 +10,7 @@ from statekeeper.cluster.assignment import Assignment
 from statekeeper.kafka.partitioning import partition_for_key
 from statekeeper.processing.task_state_store import STORE_PREFIX
 from statekeeper.processing.topology import task_id
+from statekeeper.state.task_id import TaskId
 from statekeeper.stores.builders import StoreSpec
 
 
@@ -67,11 +68,10 @@ def store_catalog(topology: TopologyLike) -> dict[str, StoreEntry]:
 
 def subtopology_partitions(assignment: Assignment, subtopology: int) -> int:
     """How many tasks (= input partitions) the subtopology has in the assignment (0: none)."""
-    prefix = f"{subtopology}_"
     partitions = [
-        int(t[len(prefix) :])
+        tid.partition
         for t in assignment.tasks
-        if t.startswith(prefix) and t[len(prefix) :].isdigit()
+        if (tid := TaskId.try_parse(t)) is not None and tid.subtopology == subtopology
     ]
     return max(partitions) + 1 if partitions else 0
 

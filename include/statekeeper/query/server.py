@@ -99,6 +99,7 @@ from statekeeper.query.locate import (
 )
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
+from statekeeper.state.task_id import TaskId
 from statekeeper.stores.serdes import serde_for
 
 log = logging.getLogger("statekeeper.query")
@@ -291,7 +292,7 @@ class QueryServer:
         if lag is None and entry.spec.logging_enabled:
             lag = self._changelog_lag.lag(
                 changelog_topic(self.settings.application_id, entry.spec.name),
-                int(task.rsplit("_", 1)[1]),
+                TaskId.parse(task).partition,
                 copy.state.changelog_offset,
             )
         return _Held(task, "standby", lag, copy)

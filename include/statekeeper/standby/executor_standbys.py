@@ -37,6 +37,7 @@ from statekeeper.standby.standby_task import (
     UpdateResult,
     standby_specs,
 )
+from statekeeper.state.task_id import TaskId
 from statekeeper.stores.builders import AnyStore, StoreSpec
 
 log = logging.getLogger("statekeeper.standby")
@@ -55,14 +56,6 @@ class StoreSpecSource(Protocol):
     """Where the component gets a task's stores: the app's topology."""
 
     def store_specs(self, subtopology_id: int) -> list[StoreSpec]: ...
-
-
-def parse_task_id(task_id: str) -> tuple[int, int]:
-    """``<subtopology>_<partition>`` -> (subtopology, partition)."""
-    sub, sep, part = task_id.partition("_")
-    if not sep or not sub.isdigit() or not part.isdigit():
-        raise StatekeeperError(f"task id {task_id!r} is not <subtopology>_<partition>")
-    return int(sub), int(part)
 
 
 class _Entry:
@@ -254,7 +247,8 @@ class StandbyReplicas:
                     "StandbyReplicas was built without a topology: the stores of task "
                     f"{task_id} are unknown (pass topology=<the app's Topology>)"
                 )
-            sub, partition = parse_task_id(task_id)
+            tid = TaskId.parse(task_id)
+            sub, partition = tid.subtopology, tid.partition
             specs = standby_specs(self.topology.store_specs(sub))
             if not specs:
                 entry = _Entry(None)  # nothing to keep warm: in-memory stores restore fully

@@ -10,6 +10,7 @@ import pytest
 
 from statekeeper.app.batch_planner import BatchPlanner
 from statekeeper.kafka.model import OffsetRange
+from statekeeper.state.task_id import TaskId
 from statekeeper.worker.task_run import BatchSlice, TaskRun, TaskRunResult
 
 from .batch_log_fake import SUBTOPOLOGY, MemoryBatchLog, batch_time
@@ -53,7 +54,8 @@ class Run:
     force: bool = False
 
     def as_task_run(self) -> TaskRun:
-        sub, partition = (int(x) for x in self.task_id.split("_"))
+        tid = TaskId.parse(self.task_id)
+        sub, partition = tid.subtopology, tid.partition
         return TaskRun(
             self.task_id,
             sub,

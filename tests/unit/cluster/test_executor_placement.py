@@ -17,6 +17,7 @@ from statekeeper.standby.listener import (
     RecordingStandbyListener,
     SuspendReason,
 )
+from statekeeper.state.task_id import TaskId
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
 from statekeeper.worker.task_runner import ExecutorReport
 
@@ -38,7 +39,7 @@ def _settings(tmp_path: Path, standbys: int = 0) -> StatekeeperSettings:
 
 
 def _run(task_id: str, records: int = 10, batch: int = 0) -> TaskRun:
-    partition = int(task_id.split("_")[1])
+    partition = TaskId.parse(task_id).partition
     return TaskRun(task_id, 0, partition, (OffsetRange("in", partition, 0, records),), batch, 0)
 
 

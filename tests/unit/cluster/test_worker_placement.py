@@ -22,6 +22,7 @@ from statekeeper.cluster.executor import (
     executor_state_dir,
 )
 from statekeeper.kafka.model import OffsetRange
+from statekeeper.state.task_id import TaskId
 from statekeeper.worker.executor_services import publish_assignment, read_assignment
 from statekeeper.worker.parked_tasks import ParkedTask
 from statekeeper.worker.task_run import TaskRun
@@ -83,7 +84,7 @@ def test_the_executor_state_dir_comes_from_the_environment_first(tmp_path, monke
 
 
 def _run(task_id: str, executor: str | None, epoch: int = 1) -> TaskRun:
-    partition = int(task_id.split("_")[1])
+    partition = TaskId.parse(task_id).partition
     ranges = (OffsetRange("in", partition, 0, 10),)
     return TaskRun(task_id, 0, partition, ranges, 0, 0, executor=executor, epoch=epoch)
 

@@ -27,6 +27,7 @@ from statekeeper.query.client import QueryClient, QueryFailedError
 from statekeeper.query.server import QueryServer
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
+from statekeeper.state.task_id import TaskId
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.builders import Stores, StoreSpec, build_store
 
@@ -52,7 +53,7 @@ def partition_of(key: bytes) -> int:
 
 def write_task(state_dir: Path, task: str, batch: int, value_offset: int = 0) -> None:
     """Commit every store of ``task`` (the keys of its partition) as ``batch``."""
-    partition = int(task.split("_")[1])
+    partition = TaskId.parse(task).partition
     meta = StoreMetadata(100 + batch, batch, {"in:0": batch})
     for spec in (COUNTS, CLICKS, BY_ID, RAW):
         store = build_store(spec, TaskDirectory(state_dir, APP, task).store_path(spec.name), None)

@@ -43,7 +43,6 @@ every later step fails at once without relaunching, until a run with ``action=re
 from __future__ import annotations
 
 import contextlib
-import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -75,11 +74,11 @@ from statekeeper.airflow.supervision.stops import (
 )
 from statekeeper.airflow.supervision.summary import remedy, write_supervision_file
 from statekeeper.errors import ConfigError
+from statekeeper.state.task_id import TaskId
 
 ACTIONS = ("reconcile", "stop", "restart", "redeploy")
 UPGRADE_MODES = ("last-state", "snapshot", "stateless")
 RECORD_KEY = "supervision"
-_TASK_DIR = re.compile(r"^\d+_\d+$")
 #: How long a watch whose launch an action stopped waits for that action's new launch.
 HANDOVER_WAIT_S = 120.0
 #: Poll interval of that wait.
@@ -667,7 +666,7 @@ class SupervisedAppOperator(StatekeeperAppOperator):
         removed = []
         if app_dir.is_dir():
             for task_dir in sorted(app_dir.iterdir()):
-                if task_dir.is_dir() and _TASK_DIR.match(task_dir.name):
+                if task_dir.is_dir() and TaskId.try_parse(task_dir.name) is not None:
                     shutil.rmtree(task_dir)
                     removed.append(task_dir.name)
         self.log.info(

@@ -9,11 +9,10 @@ is opened, no lock tried, nothing written in a task directory.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-_TASK_DIR = re.compile(r"^(\d+)_(\d+)$")
+from statekeeper.state.task_id import TaskId
 
 
 def task_rows(state_dir: Path, application_id: str, status: dict[str, Any]) -> list[dict[str, Any]]:
@@ -60,12 +59,12 @@ def task_rows(state_dir: Path, application_id: str, status: dict[str, Any]) -> l
 def _task_dirs(app_dir: Path) -> list[Path]:
     if not app_dir.is_dir():
         return []
-    return [p for p in app_dir.iterdir() if p.is_dir() and _TASK_DIR.match(p.name)]
+    return [p for p in app_dir.iterdir() if p.is_dir() and TaskId.try_parse(p.name) is not None]
 
 
 def _task_order(task: str) -> tuple[int, ...]:
-    match = _TASK_DIR.match(task)
-    return (int(match[1]), int(match[2])) if match else (1 << 30,)
+    tid = TaskId.try_parse(task)
+    return (tid.subtopology, tid.partition) if tid is not None else (1 << 30,)
 
 
 def _store_dirs(task_dir: Path | None) -> dict[str, Path]:

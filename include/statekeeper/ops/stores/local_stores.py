@@ -10,6 +10,7 @@ from statekeeper.ops.live_task import ReadOnlyStore, read_only_store
 from statekeeper.processing.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
+from statekeeper.state.task_id import TaskId
 from statekeeper.stores.builders import StoreSpec
 
 
@@ -66,10 +67,10 @@ def list_local_stores(settings: StatekeeperSettings, topology: Any) -> list[Loca
 def _task_dirs(app_dir: Path, subtopology: int) -> list[str]:
     """Names of the subtopology's task directories, in partition order."""
     partitions = []
-    for path in app_dir.glob(task_id(subtopology, 0).removesuffix("0") + "*"):
-        partition = path.name.rsplit("_", 1)[1]
-        if path.is_dir() and partition.isdigit():
-            partitions.append(int(partition))
+    for path in app_dir.glob("*"):
+        tid = TaskId.try_parse(path.name)
+        if tid is not None and tid.subtopology == subtopology and path.is_dir():
+            partitions.append(tid.partition)
     return [task_id(subtopology, p) for p in sorted(partitions)]
 
 
