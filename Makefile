@@ -20,13 +20,14 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: help venv install browser screenshot test test-chaos lint demo up down status bench-restore bench-snapshot-restore bench-throughput bench-failover lock clean distclean
+.PHONY: help venv install browser screenshot test test-unit test-chaos lint demo up down status bench-restore bench-snapshot-restore bench-throughput bench-failover lock clean distclean
 
 help:
 	@echo "make venv|install  create .venv and install requirements-dev.lock (runtime + test/dev tools)"
 	@echo "                   + statekeeper (editable)"
 	@echo "make test          ruff, then the whole pytest suite (tests start their own servers;"
 	@echo "                   the kill -9 e2e kills each app 2 times at random, the cluster series kill a worker once and freeze a host once; 2 xdist workers)"
+	@echo "make test-unit     the fast tier: pytest tests/unit only (no ruff; 2 xdist workers)"
 	@echo "make browser       install Debian chromium + chromium-driver if missing (make test runs it)"
 	@echo "make screenshot    the State stores page's browser test, saving docs/img/state_stores.png"
 	@echo "make test-chaos    the e2e tests with 20 random kill -9s per app (seeds printed) and the chaos series"
@@ -92,6 +93,10 @@ test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	STATEKEEPER_E2E_KILLS=2 STATEKEEPER_CLUSTER_KILLS=1 STATEKEEPER_CLUSTER_FREEZES=1 \
 		$(VENV)/bin/pytest -q -n 2 --dist loadgroup -m 'not chaos' --durations=25
+
+# The fast tier: the unit tests only, no ruff, no browser.
+test-unit: $(STAMP)
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup tests/unit
 
 # A failing run prints its seed and kill count: rerun with STATEKEEPER_E2E_SEED=<seed>.
 test-chaos: $(STAMP)
