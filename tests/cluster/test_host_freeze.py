@@ -102,10 +102,14 @@ pytestmark = [
 ]
 
 
-def fenced_total(status: dict[str, Any]) -> int:
-    """Changelog records (and markers) fenced as written by a superseded epoch, as the app's
-    status document counts them."""
-    return int((status.get("fencing", {}) or {}).get("fenced_total", 0))
+def fenced_total(status: dict[str, Any], kind: str | None = None) -> int:
+    """Records fenced as written by a superseded epoch, as the app's status document counts
+    them: all kinds (changelog records and markers, standby changelog records, repartition
+    records), or the one ``kind`` names."""
+    fencing = status.get("fencing", {}) or {}
+    if kind is None:
+        return int(fencing.get("fenced_total", 0))
+    return int((fencing.get("by_kind") or {}).get(kind, 0))
 
 
 def stale_epoch_writes(bootstrap: str, topic: str) -> int:
@@ -127,6 +131,32 @@ def stale_epoch_writes(bootstrap: str, topic: str) -> int:
             if 0 < epochs[0] < newest:
                 stale += 1
             newest = max(newest, epochs[0])
+    return stale
+
+
+def stale_repartition_writes(bootstrap: str, app_id: str) -> int:
+    """Repartition records written by an upstream task under an epoch older than one that
+    task had already written in the same partition: what a thawed zombie of an upstream task
+    wrote. From the headers (``sk.task``, ``sk.epoch``), without the runtime's code."""
+    from statekeeper.kafka.admin import make_admin
+
+    topics = [
+        t
+        for t in make_admin(bootstrap).list_topics(timeout=10).topics
+        if t.startswith(f"{app_id}-") and t.endswith("-repartition")
+    ]
+    stale = 0
+    for topic in topics:
+        for partition in read_topic(bootstrap, topic).values():
+            newest: dict[bytes, int] = {}
+            for record in partition:
+                headers = dict(record.headers or [])
+                task, epoch = headers.get("sk.task"), int(headers.get("sk.epoch") or 0)
+                if task is None or epoch == 0:
+                    continue
+                if epoch < newest.get(task, 0):
+                    stale += 1
+                newest[task] = max(newest.get(task, 0), epoch)
     return stale
 
 
@@ -472,15 +502,24 @@ def _check_fencing(
 ) -> None:
     fenced = fenced_total(status)
     stale = {s: stale_epoch_writes(bootstrap, changelog_topic(app.app_id, s)) for s in stores}
-    print(f"fenced changelog records in the status: {fenced}; zombie writes in the logs: {stale}")
+    repartition = stale_repartition_writes(bootstrap, app.app_id)
+    print(
+        f"fenced records in the status: {status.get('fencing', {}).get('by_kind')}; zombie "
+        f"writes in the changelogs: {stale}, in the repartition topics: {repartition}"
+    )
     # A zombie that wrote after its thaw must have been fenced and reported. One killed on
     # its thaw before it wrote (its host's Worker kills the stale executor within a second
     # when the master gave the host up first) leaves nothing to fence.
     if EXPECT_FENCING and sum(stale.values()):
-        assert fenced > 0, f"zombie writes {stale}, no fenced record reported"
-    # Over a series, some zombie writes: else the series did not test fencing at all.
+        assert fenced > 0, f"zombie changelog writes {stale}, no fenced record reported"
+    if EXPECT_FENCING and repartition:
+        assert fenced_total(status, "repartition records") > 0, (
+            f"{repartition} zombie repartition writes, none reported fenced"
+        )
+    # Over a series, some zombie writes (to a changelog or a repartition topic, whichever
+    # the frozen host's tasks were writing when it thawed): else it did not test fencing.
     if FREEZES >= SERIES:
-        assert sum(stale.values()) > 0, f"{FREEZES} freezes and no zombie wrote"
+        assert sum(stale.values()) + repartition > 0, f"{FREEZES} freezes and no zombie wrote"
 
 
 def test_word_count_is_exact_after_host_freezes(broker, spark_cluster, tmp_path) -> None:
