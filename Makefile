@@ -26,7 +26,7 @@ help:
 	@echo "make venv|install  create .venv and install requirements-dev.lock (runtime + test/dev tools)"
 	@echo "                   + statekeeper (editable)"
 	@echo "make test          ruff, then the whole pytest suite (tests start their own servers;"
-	@echo "                   the kill -9 e2e kills each app 2 times at random, the cluster series kill a worker once and freeze a host once; 2 xdist workers)"
+	@echo "                   the kill -9 e2e kills patient_monitoring 2 times at random, the cluster series kill a worker once and freeze a host once; 2 xdist workers)"
 	@echo "make test-unit     the fast tier: pytest tests/unit only (no ruff; 2 xdist workers)"
 	@echo "make browser       install Debian chromium + chromium-driver if missing (make test runs it)"
 	@echo "make screenshot    the State stores page's browser test, saving docs/img/state_stores.png"
