@@ -62,6 +62,10 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 #: freeze_worker stops what it finds, then looks again for processes forked meanwhile.
 FREEZE_ROUNDS = 10
+#: How long a freeze waits for its processes to show stopped: SIGSTOP is delivered
+#: asynchronously (a process running on another core, or in uninterruptible I/O, stops a
+#: moment later), and a host is frozen only once none of them runs.
+FREEZE_SETTLE_S = 10.0
 
 
 class ClusterError(StatekeeperError):
@@ -490,6 +494,7 @@ class LocalSparkCluster:
                 )
         self._frozen[index] = stopped
         self._write_state()
+        _await_stopped(stopped)
         return sorted(stopped)
 
     def thaw_worker(self, index: int) -> list[int]:
@@ -693,3 +698,13 @@ def _wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
+
+
+def _await_stopped(pids: Iterable[int], timeout_s: float = FREEZE_SETTLE_S) -> None:
+    """Wait (bounded) until each of ``pids`` is stopped by a signal ('T'/'t') or gone."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(pids)
+    while waiting and time.monotonic() < deadline:
+        waiting = [pid for pid in waiting if (st := proc_stat(pid)) and st.state not in "Tt"]
+        if waiting:
+            time.sleep(0.01)
