@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.embedded import free_port
 from statekeeper.ops.snapshot_app import snapshot_running_app
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
+from tests.api_server_http import get, stop_group, token, wait_healthy
 
 from .conftest import DAGS, REPO
 
@@ -69,29 +69,6 @@ class Stack:
     drill_id: str
     drill_run_id: str
     drill_task_id: str
-
-
-def _get(url: str, token: str | None = None, cookie: str | None = None) -> tuple[int, bytes]:
-    """(HTTP status, body) of a GET; an error status is returned, not raised."""
-    request = urllib.request.Request(url)
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    if cookie is not None:
-        request.add_header("Cookie", f"_token={cookie}")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def _token(base_url: str, password: str) -> str:
-    body = json.dumps({"username": USER, "password": password}).encode()
-    request = urllib.request.Request(
-        f"{base_url}/auth/token", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        return str(json.load(resp)["access_token"])
 
 
 def _write_spec(folder: Path, app_id: str, broker: Any, work: Path) -> Path:
@@ -136,34 +113,6 @@ def _start_api_server(port: int, specs: Path, password_file: Path, log: Path) ->
         return subprocess.Popen(
             cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-
-
-def _wait_healthy(base_url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"api-server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            if _get(f"{base_url}/api/v2/monitor/health")[0] == 200:
-                return
-        time.sleep(0.25)
-    raise AssertionError(
-        f"api-server not healthy after {timeout_s:.0f}s:\n{log.read_text()[-3000:]}"
-    )
-
-
-def _stop_group(proc: subprocess.Popen, timeout_s: float = 20) -> None:
-    """SIGTERM the process group this test started (its leader's pid), SIGKILL if it stays."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 def _screenshot_path() -> Path:
@@ -234,7 +183,7 @@ def stack(request, broker, admin, tmp_path_factory) -> Any:
     base_url = f"http://127.0.0.1:{port}"
     server_log = work / "api-server.log"
     server = _start_api_server(port, specs, password_file, server_log)
-    request.addfinalizer(lambda: _stop_group(server, timeout_s=2))  # then SIGKILL: a test server
+    request.addfinalizer(lambda: stop_group(server, timeout_s=2))  # then SIGKILL: a test server
     marks.append(("api-server started", time.perf_counter()))
 
     status = app.wait_for(lambda s: (s.get("throughput") or {}).get("batches", 0) >= 1, 240)
@@ -263,13 +212,13 @@ def stack(request, broker, admin, tmp_path_factory) -> Any:
     assert audit.returncode in (0, 1), audit.stderr  # 1: a failing verdict, recorded too
 
     marks.append(("audit", time.perf_counter()))
-    _wait_healthy(base_url, server, server_log, 180)
+    wait_healthy(base_url, server, server_log, 180)
     marks.append(("api-server healthy", time.perf_counter()))
     print("state stores stack:", ", ".join(f"{name} {at - started:.1f} s" for name, at in marks))
     return Stack(
         base_url=base_url,
         password=password,
-        token=_token(base_url, password),
+        token=token(base_url, USER, password),
         app_id=app_id,
         spec=spec,
         app=app,
@@ -296,22 +245,22 @@ def _routes(stack: Stack) -> list[str]:
 def test_every_route_refuses_a_request_without_a_valid_airflow_token(stack):
     for route in _routes(stack):
         url = stack.base_url + route
-        assert _get(url)[0] == 401, route  # no credentials
-        assert _get(url, token="not-a-jwt")[0] == 403, route  # a bad Bearer token
-        assert _get(url, cookie="not-a-jwt")[0] == 403, route  # a bad UI cookie
-        assert _get(url, token=stack.token)[0] == 200, route
+        assert get(url)[0] == 401, route  # no credentials
+        assert get(url, token="not-a-jwt")[0] == 403, route  # a bad Bearer token
+        assert get(url, cookie="not-a-jwt")[0] == 403, route  # a bad UI cookie
+        assert get(url, token=stack.token)[0] == 200, route
     # No unauthenticated OpenAPI or docs routes on the plugin app.
     for route in ("/statekeeper/openapi.json", "/statekeeper/docs"):
-        assert _get(stack.base_url + route, token=stack.token)[0] == 404, route
+        assert get(stack.base_url + route, token=stack.token)[0] == 404, route
 
 
 def test_the_ui_cookie_is_accepted_like_a_bearer_token(stack):
-    code, body = _get(f"{stack.base_url}/statekeeper/api/overview", cookie=stack.token)
+    code, body = get(f"{stack.base_url}/statekeeper/api/overview", cookie=stack.token)
     assert code == 200 and stack.app_id in body.decode()
 
 
 def test_overview_shows_the_running_app_its_stores_snapshots_drill_and_audit(stack):
-    code, body = _get(f"{stack.base_url}/statekeeper/api/apps/{stack.app_id}", token=stack.token)
+    code, body = get(f"{stack.base_url}/statekeeper/api/apps/{stack.app_id}", token=stack.token)
     assert code == 200
     app = json.loads(body)
     assert app["errors"] == {}
@@ -344,7 +293,7 @@ def test_overview_shows_the_running_app_its_stores_snapshots_drill_and_audit(sta
     [audit] = app["audits"]
     assert audit["verdict"] in ("ok", "warn", "fail") and audit["topics"] >= 2
 
-    code, body = _get(f"{stack.base_url}/statekeeper/api/overview", token=stack.token)
+    code, body = get(f"{stack.base_url}/statekeeper/api/overview", token=stack.token)
     assert [a["application_id"] for a in json.loads(body)["apps"]] == [stack.app_id]
 
 
@@ -353,21 +302,21 @@ def test_the_drill_task_links_to_its_report_on_the_page(stack):
         f"{stack.base_url}/api/v2/dags/statekeeper_restore_drill/dagRuns/"
         f"{urllib.parse.quote(stack.drill_run_id)}/taskInstances/{stack.drill_task_id}/links"
     )
-    code, body = _get(links_url, token=stack.token)
+    code, body = get(links_url, token=stack.token)
     assert code == 200, body
     link = json.loads(body)["extra_links"]["Drill report"]
     # The worker builds it from [api] base_url; dag.test() here runs without one: a path.
     path = f"/statekeeper/drills/{stack.app_id}/{stack.drill_id}/report.html"
     assert link in (path, stack.base_url + path)
     link = stack.base_url + path
-    code, page = _get(link, token=stack.token)
+    code, page = get(link, token=stack.token)
     assert code == 200 and stack.drill_id in page.decode()
-    assert _get(link)[0] == 401
+    assert get(link)[0] == 401
 
 
 def test_report_files_outside_the_drill_report_directory_are_refused(stack):
     drill = f"{stack.base_url}/statekeeper/drills/{stack.app_id}/{stack.drill_id}"
-    assert _get(f"{drill}/record.json", token=stack.token)[0] == 200
+    assert get(f"{drill}/record.json", token=stack.token)[0] == 200
     for escape in (
         "..%2F..%2Fhistory.sqlite",  # the drill history beside the report directories
         "..%2F..%2F..%2F" + f"{stack.app_id}%2Fstatus.json",
@@ -376,10 +325,10 @@ def test_report_files_outside_the_drill_report_directory_are_refused(stack):
         ".sandbox-x/anything",  # hidden entries (a kept sandbox) are not served
         "no-such-file.html",
     ):
-        assert _get(f"{drill}/{escape}", token=stack.token)[0] == 404, escape
-    assert _get(f"{drill[: -len(stack.drill_id)]}nope/report.html", token=stack.token)[0] == 404
+        assert get(f"{drill}/{escape}", token=stack.token)[0] == 404, escape
+    assert get(f"{drill[: -len(stack.drill_id)]}nope/report.html", token=stack.token)[0] == 404
     assert (
-        _get(f"{stack.base_url}/statekeeper/drills/nope/x/report.html", token=stack.token)[0] == 404
+        get(f"{stack.base_url}/statekeeper/drills/nope/x/report.html", token=stack.token)[0] == 404
     )
 
 
@@ -400,10 +349,10 @@ def test_nul_and_invalid_bytes_in_a_path_are_404_never_500(stack):
         f"{apps}/%FF",
         f"{stack.base_url}/statekeeper/static/state_stores.js%00",
     ):
-        code, body = _get(url, token=stack.token)
+        code, body = get(url, token=stack.token)
         assert code == 404, (url, code, body[:300])
         assert b"Traceback" not in body
-    assert _get(f"{drill}/report.html", token=stack.token)[0] == 200
+    assert get(f"{drill}/report.html", token=stack.token)[0] == 200
 
 
 def _supervised(stack: Stack) -> dict[str, Any]:
@@ -432,7 +381,7 @@ def _supervised(stack: Stack) -> dict[str, Any]:
 
 def test_the_overview_carries_the_supervision_record(stack):
     restart = _supervised(stack)
-    code, body = _get(f"{stack.base_url}/statekeeper/api/apps/{stack.app_id}", token=stack.token)
+    code, body = get(f"{stack.base_url}/statekeeper/api/apps/{stack.app_id}", token=stack.token)
     sup = json.loads(body)["supervision"]
     assert code == 200 and sup["condition"] == "RUNNING", sup
     assert (sup["restarts_in_window"], sup["max_restarts"]) == (1, 5)
@@ -522,7 +471,7 @@ def test_the_page_in_the_airflow_ui_shows_the_app_stores_snapshot_and_drill(stac
 def test_a_stopped_app_shows_its_last_status_and_not_running(stack):
     stack.app.terminate()
     assert stack.app.wait(120) == 0
-    code, body = _get(f"{stack.base_url}/statekeeper/api/apps/{stack.app_id}", token=stack.token)
+    code, body = get(f"{stack.base_url}/statekeeper/api/apps/{stack.app_id}", token=stack.token)
     app = json.loads(body)
     assert code == 200 and app["running"] is False
     assert app["state"] == "NOT_RUNNING" and app["last_batch"]["batch_id"] >= 0

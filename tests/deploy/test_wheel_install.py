@@ -19,19 +19,15 @@ A static check holds every range of pyproject.toml against the pins of the two l
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import tomllib
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +37,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from statekeeper.kafka.embedded import free_port
+from tests.api_server_http import get, stop_group, token, wait_healthy
 
 # One wheel and one venv for the module: its tests go to one xdist worker.
 pytestmark = pytest.mark.xdist_group("wheel_install")
@@ -282,55 +279,6 @@ def test_the_repo_dags_parse_from_the_installed_wheel(installed: AirflowInstall)
     assert found["statekeeper"].startswith(str(installed.python.parents[1])), found
 
 
-def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
-    """(HTTP status, body) of a GET; an error status is returned, not raised."""
-    request = urllib.request.Request(url)
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def _token(base_url: str, password: str) -> str:
-    body = json.dumps({"username": USER, "password": password}).encode()
-    request = urllib.request.Request(
-        f"{base_url}/auth/token", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        return str(json.load(resp)["access_token"])
-
-
-def _wait_healthy(base_url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"api-server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            if _get(f"{base_url}/api/v2/monitor/health")[0] == 200:
-                return
-        time.sleep(0.25)
-    raise AssertionError(
-        f"api-server not healthy after {timeout_s:.0f}s:\n{log.read_text()[-3000:]}"
-    )
-
-
-def _stop_group(proc: subprocess.Popen, timeout_s: float = 5) -> None:
-    """SIGTERM the process group this test started (its leader's pid), SIGKILL if it stays."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 def test_the_state_stores_page_answers_behind_airflow_auth(installed: AirflowInstall) -> None:
     installed.airflow("db", "migrate")
     password = secrets.token_urlsafe(12)
@@ -361,21 +309,21 @@ def test_the_state_stores_page_answers_behind_airflow_auth(installed: AirflowIns
             start_new_session=True,
         )
     try:
-        _wait_healthy(base_url, server, log, 180)
-        assert _get(f"{base_url}/statekeeper/")[0] == 401
-        token = _token(base_url, password)
-        status, body = _get(f"{base_url}/statekeeper/", token)
+        wait_healthy(base_url, server, log, 180)
+        assert get(f"{base_url}/statekeeper/")[0] == 401
+        jwt = token(base_url, USER, password)
+        status, body = get(f"{base_url}/statekeeper/", jwt)
         assert status == 200 and b"State stores" in body, (status, body[:300])
         # The page's files are package data of the wheel.
-        assert _get(f"{base_url}/statekeeper/static/state_stores.js", token)[0] == 200
-        plugins = json.loads(_get(f"{base_url}/api/v2/plugins", token)[1])
+        assert get(f"{base_url}/statekeeper/static/state_stores.js", jwt)[0] == 200
+        plugins = json.loads(get(f"{base_url}/api/v2/plugins", jwt)[1])
         assert [p["name"] for p in plugins["plugins"]] == ["statekeeper"]
         assert plugins["plugins"][0]["source"].startswith(PLUGIN_SOURCE)
         # The shim in the plugins folder bound nothing: no "already registered" import error.
-        errors = json.loads(_get(f"{base_url}/api/v2/plugins/importErrors", token)[1])
+        errors = json.loads(get(f"{base_url}/api/v2/plugins/importErrors", jwt)[1])
         assert errors["total_entries"] == 0, errors
     finally:
-        _stop_group(server)
+        stop_group(server, timeout_s=5)
 
 
 # -- the bare wheel --------------------------------------------------------------------------
