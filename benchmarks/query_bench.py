@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from statekeeper.cluster.assignment import Assignment, ExecutorEndpoint, TaskPlacement
+from statekeeper.placement.assignment import Assignment, ExecutorEndpoint, TaskPlacement
 from statekeeper.cluster.executor import ExecutorIdentity
 from statekeeper.processing.topology import Subtopology, Topology
 from statekeeper.query.client import QueryClient

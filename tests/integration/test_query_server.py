@@ -9,10 +9,10 @@ import threading
 import time
 
 from statekeeper.changelog.records import changelog_topic
-from statekeeper.cluster.assignment import Assignment, ExecutorEndpoint, TaskPlacement
 from statekeeper.cluster.executor import ExecutorIdentity
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.offsets import log_end_offsets
+from statekeeper.placement.assignment import Assignment, ExecutorEndpoint, TaskPlacement
 from statekeeper.processing.topology import Subtopology, Topology
 from statekeeper.query.client import QueryClient
 from statekeeper.query.server import QueryServer

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from statekeeper.changelog.records import changelog_topic
-from statekeeper.cluster.assignment import Assignment, TaskPlacement
 from statekeeper.cluster.executor import ExecutorIdentity
 from statekeeper.kafka.adapter import consumer_config
+from statekeeper.placement.assignment import Assignment, TaskPlacement
 from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage, snapshot_task
 from statekeeper.snapshots.install import installer_for

@@ -18,10 +18,10 @@ from confluent_kafka import Producer
 
 from statekeeper.app.store_reader import read_store
 from statekeeper.app.topics import prepare_topics
-from statekeeper.cluster.assignment import Assignment, TaskPlacement
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import OffsetRange
+from statekeeper.placement.assignment import Assignment, TaskPlacement
 from statekeeper.processing.dsl import Materialized, StreamsBuilder
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.worker.task_run import BatchSlice, TaskRun

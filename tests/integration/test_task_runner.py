@@ -15,6 +15,7 @@ from statekeeper.app.topics import prepare_topics
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import OffsetRange
+from statekeeper.placement.shares import spread_runs
 from statekeeper.processing.dsl import Materialized, StreamsBuilder
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.worker.task_run import TaskRun
@@ -22,7 +23,6 @@ from statekeeper.worker.task_runner import (
     _services,
     run_share,
     settings_to_json,
-    spread_runs,
 )
 
 PARTITIONS = 4

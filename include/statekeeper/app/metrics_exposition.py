@@ -29,7 +29,7 @@ Metrics and labels (``app`` on all of them):
   ``statekeeper_store_restore_records_per_second`` (the task's first open in this run;
   label ``source``: snapshot, changelog, local, ...),
   ``statekeeper_store_restore_progress_records`` (the restore running or last run);
-- placement (statekeeper.app.executor_placement): ``statekeeper_task_moves_total``
+- placement (statekeeper.placement.driver): ``statekeeper_task_moves_total``
   (``reason``: executor lost, not scheduled, to standby), ``statekeeper_task_restores_total``
   (``cause``: start, moved, reopened; ``source``: snapshot, full replay, local state, ...),
   ``statekeeper_stale_copies_closed_total``, ``statekeeper_standby_lag_records`` (task,

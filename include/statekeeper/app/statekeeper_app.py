@@ -26,7 +26,7 @@ from typing import Any
 from statekeeper.app.batch_planner import BatchPlanner
 from statekeeper.app.batch_stats import DEFAULT_WINDOW, BatchStats
 from statekeeper.app.epoch_base import next_epoch_base
-from statekeeper.app.executor_placement import ExecutorPlacement, alive_executors
+from statekeeper.app.executor_reports import ExecutorReports
 from statekeeper.app.lifecycle import (
     AppState,
     AppStateMachine,
@@ -40,6 +40,7 @@ from statekeeper.app.topics import TopicPlan, prepare_topics
 from statekeeper.cluster.executor import DRIVER_EXECUTOR_ID
 from statekeeper.errors import ConfigError, StatekeeperError
 from statekeeper.kafka.model import OffsetRange
+from statekeeper.placement.driver import ExecutorPlacement, alive_executors, avoid_next_pass
 from statekeeper.processing.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.spark.checkpoint_log import (
@@ -118,7 +119,14 @@ class StatekeeperApp:
         self._started = time.time()
         self._opened: set[tuple[str, str]] = set()  # (task, executor) opened in this run
         self.placement = ExecutorPlacement(
-            settings, has_state=lambda sub: bool(topology.store_specs(sub))
+            settings.application_id,
+            settings.num_standby_replicas,
+            has_state=lambda sub: bool(topology.store_specs(sub)),
+        )
+        self.executor_reports = ExecutorReports(
+            settings.acceptable_recovery_lag,
+            on_endpoint=self.placement.registry.note_endpoint,
+            live_executors=self.placement.live_executors,
         )
         self._executors_checked = 0.0
         self._reports_refreshed = 0.0
@@ -162,7 +170,7 @@ class StatekeeperApp:
     def add_standby_listener(self, listener: Any) -> None:
         """A :class:`~statekeeper.standby.listener.StandbyUpdateListener`: called on the driver
         with the standby events (update start, batch loaded, suspended) executors report."""
-        self.placement.add_standby_listener(listener)
+        self.executor_reports.add_standby_listener(listener)
 
     def add_state_listener(self, listener: StateListener) -> None:
         self.machine.add_listener(listener)
@@ -550,7 +558,7 @@ class StatekeeperApp:
 
     def _execute(self, spark: Any, runs: list[TaskRun]) -> list[TaskRunResult]:
         """Run ``runs`` on the executors: each placed where its state is
-        (:mod:`statekeeper.app.executor_placement`); runs that no Spark task took (their
+        (:mod:`statekeeper.placement`); runs that no Spark task took (their
         executor got no Spark task, or was lost) go again in another pass, moved away from
         that executor from the third pass on, or at once when it is gone."""
         if not runs:
@@ -562,7 +570,9 @@ class StatekeeperApp:
         avoid: dict[str, str] = {}
         for attempt in range(MAX_BATCH_PASSES):
             alive = alive_executors(sc)
-            placed, assignment = self.placement.place(todo, alive, avoid)
+            placed, assignment = self.placement.place(
+                todo, alive, avoid, self.executor_reports.caught_up_standbys()
+            )
             shares = self.placement.shares(placed, alive, sc.defaultParallelism)
             # On a cluster every core gets a Spark task, so every executor gets some: a
             # Spark task runs only runs placed on the executor it landed on.
@@ -579,12 +589,13 @@ class StatekeeperApp:
                 )
                 .collect()
             )
-            self.placement.note_reports([o for o in out if isinstance(o, ExecutorReport)])
-            self.placement.note_stale([o for o in out if isinstance(o, StaleCopyClosed)])
+            reports = self.executor_reports
+            reports.note_reports([o for o in out if isinstance(o, ExecutorReport)])
+            reports.note_stale([o for o in out if isinstance(o, StaleCopyClosed)])
             ran_now = self.placement.current_results(
                 [o for o in out if isinstance(o, TaskRunResult)]
             )
-            self.placement.note_results(ran_now)
+            reports.note_results(ran_now)
             results += ran_now
             ran = Counter(result.task_id for result in results)
             if any(n > 1 for n in ran.values()):
@@ -596,12 +607,7 @@ class StatekeeperApp:
             todo = [r for r in runs if r.task_id not in ran]
             if not todo:
                 return results
-            still = set(alive_executors(sc))
-            for run in placed:
-                if run.task_id in ran or run.executor is None:
-                    continue
-                if attempt >= 1 or run.executor not in still:
-                    avoid[run.task_id] = run.executor
+            avoid.update(avoid_next_pass(placed, ran, set(alive_executors(sc)), attempt))
             log.warning(
                 "batch %d pass %d: %d task(s) did not run (%s); running them again",
                 runs[0].batch_id,
@@ -782,7 +788,7 @@ class StatekeeperApp:
                 .flatMap(lambda i: executor_report(i, topology, settings_json, placed))
                 .collect()
             )
-            self.placement.note_reports(reports)
+            self.executor_reports.note_reports(reports)
         except Exception:  # the next batch reports anyway
             log.exception("asking the executors for their reports failed")
         finally:
@@ -828,6 +834,10 @@ class StatekeeperApp:
                 "restore_progress": read_restore_progress(state_root / tid),
             }
         out["task_live"] = tasks
-        out["placement"] = self.placement.status()
-        out["fencing"] = self.placement.fencing_status()
+        out["placement"] = {**self.placement.status(), **self.executor_reports.status()}
+        out["fencing"] = {
+            **self.executor_reports.fencing_status(),
+            "stale_results_dropped": self.placement.stale_results,
+            "epoch_base": self.placement.registry.epoch_base,
+        }
         return out

@@ -76,3 +76,9 @@ def executor_state_dir(default: Path) -> Path:
     (:data:`EXECUTOR_STATE_DIR_ENV`), else ``default`` (the settings' ``state_dir``)."""
     override = os.environ.get(EXECUTOR_STATE_DIR_ENV)
     return Path(override) if override else Path(default)
+
+
+def executor_dir(state_dir: Path, application_id: str) -> Path:
+    """The folder an executor host keeps for an app beside its task directories: the
+    driver's assignment as published there, the services' report, share claims."""
+    return Path(state_dir) / application_id / ".executor"

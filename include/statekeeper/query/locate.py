@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from statekeeper.cluster.assignment import Assignment
 from statekeeper.kafka.partitioning import partition_for_key
+from statekeeper.placement.assignment import Assignment
 from statekeeper.processing.task_state_store import STORE_PREFIX
 from statekeeper.processing.topology import task_id
 from statekeeper.state.task_id import TaskId

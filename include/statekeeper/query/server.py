@@ -69,8 +69,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from statekeeper.changelog.records import changelog_topic
-from statekeeper.cluster.assignment import Assignment
 from statekeeper.cluster.executor import ExecutorIdentity
+from statekeeper.placement.assignment import Assignment
 from statekeeper.processing.topology import task_id as make_task_id
 from statekeeper.query.codec import (
     BadQueryError,

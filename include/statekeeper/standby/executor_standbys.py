@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from statekeeper.cluster.assignment import Assignment
 from statekeeper.cluster.executor import ExecutorIdentity
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.adapter import consumer_config
+from statekeeper.placement.assignment import Assignment
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.standby.listener import (
     CompositeStandbyUpdateListener,

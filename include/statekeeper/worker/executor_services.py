@@ -4,7 +4,7 @@ Spark gives an executor several Python workers and no place of its own to run a 
 one of the executor's Python workers hosts them: the first to take the executor's host lock
 (``<state_dir>/<app>/.executor/host.lock``, an ``flock`` the OS frees when that process
 dies; the next Spark task on the executor then starts them again). Every Spark task of a
-batch writes the driver's latest :class:`~statekeeper.cluster.assignment.Assignment` to
+batch writes the driver's latest :class:`~statekeeper.placement.assignment.Assignment` to
 ``assignment.json`` there; the host reads it and hands it to its components, and writes
 what they report (standby lag, the query port) to ``report.json``, which Spark tasks send
 back to the driver with their results. Files, not sockets, because the host may be any of
@@ -26,8 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from statekeeper.cluster.assignment import Assignment
-from statekeeper.cluster.executor import ExecutorIdentity
+from statekeeper.cluster.executor import ExecutorIdentity, executor_dir
+from statekeeper.placement.assignment import Assignment
+from statekeeper.placement.published import read_assignment
 from statekeeper.settings import StatekeeperSettings
 
 log = logging.getLogger("statekeeper.executor")
@@ -46,42 +47,10 @@ class ExecutorComponent(Protocol):
     def close(self) -> None: ...
 
 
-def services_dir(state_dir: Path, application_id: str) -> Path:
-    return Path(state_dir) / application_id / ".executor"
-
-
-def publish_assignment(state_dir: Path, assignment: Assignment) -> None:
-    """Hand the driver's assignment to this executor's host (atomic replace; a newer
-    version of the same app run on disk is kept, a previous run's is replaced)."""
-    folder = services_dir(state_dir, assignment.application_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    current = read_assignment(state_dir, assignment.application_id)
-    if (
-        current is not None
-        and current.run_id == assignment.run_id
-        and current.version > assignment.version
-    ):
-        return
-    tmp = folder / f"assignment.json.{os.getpid()}"
-    tmp.write_text(assignment.to_json())
-    os.replace(tmp, folder / "assignment.json")
-
-
-def read_assignment(state_dir: Path, application_id: str) -> Assignment | None:
-    try:
-        text = (services_dir(state_dir, application_id) / "assignment.json").read_text()
-    except OSError:
-        return None
-    try:
-        return Assignment.from_json(text)
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 def read_report(state_dir: Path, application_id: str) -> dict[str, Any] | None:
     """The executor host's last report (None before its first)."""
     try:
-        return json.loads((services_dir(state_dir, application_id) / "report.json").read_text())
+        return json.loads((executor_dir(state_dir, application_id) / "report.json").read_text())
     except (OSError, ValueError):
         return None
 
@@ -203,7 +172,7 @@ class ExecutorServicesHost:
         return doc
 
     def _write_report(self) -> None:
-        folder = services_dir(self.state_dir, self.settings.application_id)
+        folder = executor_dir(self.state_dir, self.settings.application_id)
         tmp = folder / f"report.json.{os.getpid()}"
         tmp.write_text(json.dumps(self.report(), sort_keys=True))
         os.replace(tmp, folder / "report.json")
@@ -238,7 +207,7 @@ def ensure_executor_services(
     with _HOSTS_LOCK:
         if key in _HOSTS:
             return _HOSTS[key]
-        folder = services_dir(state_dir, settings.application_id)
+        folder = executor_dir(state_dir, settings.application_id)
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / "host.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -41,7 +41,7 @@ class ParkedTask:
         self.state = state
         self.fetch = fetch
         # The task's placement epoch when it ran here, and a check that the driver still
-        # places it here under that epoch (statekeeper.cluster.placement): a copy of a task
+        # places it here under that epoch (statekeeper.placement.registry): a copy of a task
         # that moved away is stale and must never commit.
         self.epoch = epoch
         self.still_placed_here = still_placed_here

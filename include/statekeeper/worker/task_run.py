@@ -45,7 +45,7 @@ class TaskRun:
     snapshot_request: str | None = None
     # Where the driver placed the task (Spark's executor id) and the task's placement epoch:
     # only that executor runs it, and a copy of it open elsewhere, or under an older epoch,
-    # is stale (statekeeper.cluster.placement).
+    # is stale (statekeeper.placement.registry).
     executor: str | None = None
     epoch: int = 0
     #: The driver's wall clock when it placed the run: the task's epoch was current then

@@ -20,16 +20,16 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from statekeeper.cluster.assignment import Assignment
 from statekeeper.cluster.executor import current_executor, executor_state_dir
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.model import OffsetRange, tp_key
+from statekeeper.placement.assignment import Assignment
+from statekeeper.placement.published import still_placed_here
+from statekeeper.placement.shares import take_share
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.worker.parked_tasks import ParkedTask
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
@@ -121,7 +121,8 @@ def run_share(
     lock holder, which runs the task before letting the lock go. A run placed on another
     executor (``TaskRun.executor``) is never run here: Spark does not pin Spark tasks to
     executors, so each one picks, on the executor it landed on, a share placed there
-    (:func:`_take_share`); a share nobody took runs in the driver's next pass.
+    (:func:`~statekeeper.placement.shares.take_share`); a share nobody took runs in the
+    driver's next pass.
     """
     from statekeeper.worker.gc_freeze import (
         frozen_after_share,
@@ -167,7 +168,8 @@ def _follow_assignment(
     settings: StatekeeperSettings, executor: Any, topology: Any, assignment_json: str
 ) -> None:
     """Hand the driver's assignment to this executor and start its services if none runs."""
-    from statekeeper.worker.executor_services import ensure_executor_services, publish_assignment
+    from statekeeper.placement.published import publish_assignment
+    from statekeeper.worker.executor_services import ensure_executor_services
 
     publish_assignment(settings.state_dir, Assignment.from_json(assignment_json))
     ensure_executor_services(settings, settings.state_dir, executor, topology)
@@ -199,65 +201,6 @@ class ExecutorReport:
     executor_id: str
     host: str
     report: dict[str, Any]
-
-
-def _take_share(
-    index: int, shares: list[list[TaskRun]], job: str, me: str, state_dir: Path, app_id: str
-) -> list[TaskRun]:
-    """The share this Spark task runs: share ``index`` if it is placed on this executor,
-    else the first one placed here that no other Spark task of ``job`` took (an exclusive
-    create in the executor's own state directory decides)."""
-    mine = [k for k, share in enumerate(shares) if share and share[0].executor in (None, me)]
-    if not mine:
-        return []
-    order = ([index] if index in mine else []) + [k for k in mine if k != index]
-    jobs = Path(state_dir) / app_id / ".executor" / "jobs"
-    folder = jobs / job
-    folder.mkdir(parents=True, exist_ok=True)
-    _forget_old_jobs(jobs, keep=job)
-    for k in order:
-        try:
-            os.close(os.open(folder / str(k), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except FileExistsError:
-            continue
-        return shares[k]
-    return []
-
-
-#: Share files of jobs older than this are removed (a job lasts one pass of a batch).
-_JOB_FILES_KEEP_S = 600.0
-
-
-def _forget_old_jobs(jobs: Path, keep: str) -> None:
-    import shutil
-
-    now = time.time()
-    try:
-        entries = list(os.scandir(jobs))
-    except OSError:
-        return
-    for entry in entries:
-        try:
-            if entry.name != keep and now - entry.stat().st_mtime > _JOB_FILES_KEEP_S:
-                shutil.rmtree(entry.path, ignore_errors=True)
-        except OSError:
-            continue
-
-
-def _still_placed_here(
-    state_dir: Path, app_id: str, task_id: str, me: str, epoch: int
-) -> Callable[[], bool]:
-    """Whether the driver's latest assignment (as published on this executor) still places
-    ``task_id`` here under ``epoch``; True where no assignment is published."""
-    from statekeeper.worker.executor_services import read_assignment
-
-    def check() -> bool:
-        assignment = read_assignment(state_dir, app_id)
-        if assignment is None or task_id not in assignment.tasks:
-            return True
-        return assignment.active_of(task_id) in (None, me) and assignment.epoch_of(task_id) == epoch
-
-    return check
 
 
 def _run_share(
@@ -311,7 +254,7 @@ def _run_share(
         raise
     results = _run_open_tasks(warm, topology, services, me)
     done = {run.task_id for run, _ in warm}
-    share = _take_share(index, shares, job, me, settings.state_dir, settings.application_id)
+    share = take_share(index, shares, job, me, settings.state_dir, settings.application_id)
     for run in share:
         if run.task_id in done:
             continue
@@ -402,7 +345,7 @@ def _parked(
     run: TaskRun, state: Any, fetch: Any | None, services: _WorkerServices, me: str
 ) -> ParkedTask:
     settings = services.settings
-    check = _still_placed_here(
+    check = still_placed_here(
         settings.state_dir, settings.application_id, run.task_id, me, run.epoch
     )
     return ParkedTask(state, fetch, epoch=run.epoch, still_placed_here=check)
@@ -632,20 +575,6 @@ def _restore_report(outcome: Any, state: Any) -> dict[str, Any]:
         "seconds": round(outcome.seconds, 4),
         **restore_source(outcome, spec, state.installs.get(name)),
     }
-
-
-def spread_runs(runs: list[TaskRun], slots: int) -> list[list[TaskRun]]:
-    """Deal ``runs`` into at most ``slots`` shares of about equal record counts (largest
-    first, each to the least loaded share). One Spark task per share: every Spark task
-    costs a Python-worker round trip (~50 ms measured), so a batch uses one per core, not
-    one per stream task."""
-    groups: list[list[TaskRun]] = [[] for _ in range(max(1, min(slots, len(runs))))]
-    loads = [0] * len(groups)
-    for run in sorted(runs, key=lambda r: (-sum(x.count for x in r.ranges), r.task_id)):
-        least = loads.index(min(loads))
-        groups[least].append(run)
-        loads[least] += sum(x.count for x in run.ranges)
-    return [g for g in groups if g]
 
 
 def settings_to_json(settings: StatekeeperSettings) -> str:

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from statekeeper.cluster.assignment import Assignment, ExecutorEndpoint, TaskPlacement
 from statekeeper.cluster.executor import ExecutorIdentity
 from statekeeper.kafka.partitioning import partition_for_key
+from statekeeper.placement.assignment import Assignment, ExecutorEndpoint, TaskPlacement
 from statekeeper.processing.topology import Subtopology, Topology
 from statekeeper.query.client import QueryClient, QueryFailedError
 from statekeeper.query.server import QueryServer

@@ -18,9 +18,9 @@ from statekeeper.changelog.fencing import (
     record_headers,
 )
 from statekeeper.changelog.records import MARKER_KEY, CommitMarker
-from statekeeper.cluster.placement import TaskPlacementRegistry
 from statekeeper.errors import ChangelogCorruptError
 from statekeeper.kafka.model import KafkaRecord
+from statekeeper.placement.registry import TaskPlacementRegistry
 from statekeeper.processing.output_headers import EpochFence, OutputHeaders, record_epoch
 from statekeeper.processing.repartition_dedupe import RepartitionDedupe
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from statekeeper.cluster.assignment import Assignment, ExecutorEndpoint, TaskPlacement
-from statekeeper.cluster.placement import TaskPlacementRegistry
+from statekeeper.placement.assignment import Assignment, ExecutorEndpoint, TaskPlacement
+from statekeeper.placement.registry import TaskPlacementRegistry
 
 TASKS = ["0_0", "0_1", "0_2", "0_3"]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from statekeeper.cluster.assignment import Assignment, ExecutorEndpoint, TaskPlacement
+from statekeeper.placement.assignment import Assignment, ExecutorEndpoint, TaskPlacement
 
 
 @dataclass(frozen=True)

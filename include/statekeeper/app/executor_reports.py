@@ -1,28 +1,20 @@
-"""The driver's side of running on several executors: which executors are alive, where each
-task runs this batch (:class:`~statekeeper.cluster.placement.TaskPlacementRegistry`), the
-shares each executor's Spark tasks take, and what the executors report back (task moves,
-restores by cause, standby lag and events, query endpoints).
-
-In local mode Spark has one executor (``driver``) and this is a no-op in effect: every task
-is placed there, epoch 1, for the app's lifetime.
+"""What the executors report back to the driver beside each batch's results: restores by
+cause, stale copies closed, records fencing stopped, standby lag and events (replayed to the
+app's standby listeners) and query endpoints (which go into the next placement).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-from statekeeper.cluster.assignment import Assignment, ExecutorEndpoint
 from statekeeper.cluster.executor import DRIVER_EXECUTOR_ID
-from statekeeper.cluster.placement import TaskPlacementRegistry
-from statekeeper.settings import StatekeeperSettings
+from statekeeper.placement.assignment import ExecutorEndpoint
 from statekeeper.standby.listener import replay_event
-from statekeeper.worker.task_run import TaskRun, TaskRunResult
-from statekeeper.worker.task_runner import ExecutorReport, StaleCopyClosed, spread_runs
+from statekeeper.worker.task_run import TaskRunResult
+from statekeeper.worker.task_runner import ExecutorReport, StaleCopyClosed
 
 log = logging.getLogger("statekeeper.app")
 
@@ -30,39 +22,25 @@ log = logging.getLogger("statekeeper.app")
 STANDBY_EVENTS_KEPT = 500
 
 
-def alive_executors(spark_context: Any) -> list[str]:
-    """Spark's live executor ids (``["driver"]`` in local mode, which has no other; asking a
-    local SparkContext would log "Requesting executors is not supported" at every call)."""
-    if str(spark_context.master).startswith("local"):
-        return [DRIVER_EXECUTOR_ID]
-    ids = str(spark_context._jsc.sc().getExecutorIds().mkString(",")).strip()
-    alive = sorted((i for i in ids.split(",") if i), key=lambda i: (len(i), i))
-    return alive or [DRIVER_EXECUTOR_ID]
-
-
-class ExecutorPlacement:
-    """Placement decisions and executor reports for one app run."""
+class ExecutorReports:
+    """The executors' reports of one app run, as the driver keeps them."""
 
     def __init__(
         self,
-        settings: StatekeeperSettings,
-        has_state: Callable[[int], bool] | None = None,
-        epoch_base: int = 0,
+        acceptable_recovery_lag: int,
+        on_endpoint: Callable[[ExecutorEndpoint], Any],
+        live_executors: Callable[[], set[str] | None],
     ) -> None:
-        """``has_state(subtopology)``: whether its tasks keep stores (a stateless task moves
-        for free, so balancing may move it anywhere); ``epoch_base``: see
-        :mod:`statekeeper.app.epoch_base`."""
-        self._has_state = has_state or (lambda _sub: True)
-        self._stateless: set[str] = set()
-        self.registry = TaskPlacementRegistry(
-            settings.application_id, settings.num_standby_replicas, epoch_base
-        )
-        self.acceptable_recovery_lag = settings.acceptable_recovery_lag
+        """``on_endpoint``: gets each executor's query endpoint (placement puts them into the
+        next assignment); ``live_executors()``: the executors alive at the last placement
+        (None before the first)."""
+        self._on_endpoint = on_endpoint
+        self._live_executors = live_executors
+        self.acceptable_recovery_lag = acceptable_recovery_lag
         self._last_ran: dict[str, str] = {}  # task -> executor of its last run (this app run)
         self.restores: Counter[tuple[str, str]] = Counter()  # (cause, source) -> count
         self.restored_records: Counter[str] = Counter()  # cause -> records replayed
         self.stale_copies = 0
-        self.stale_results = 0  # results dropped because their epoch was no longer current
         self.fenced: Counter[tuple[str, str]] = Counter()  # (task, kind) -> records fenced
         self.standby_fenced: dict[tuple[str, str], int] = {}  # (executor, task) -> fenced
         self.recent_stale: list[dict[str, str]] = []
@@ -74,62 +52,6 @@ class ExecutorPlacement:
         self.standby_events: list[dict[str, Any]] = []
         self.standby_event_counts: Counter[str] = Counter()
         self._seen_seq: dict[str, int] = {}  # recorder stream -> newest event seq replayed
-
-    def place(
-        self, runs: list[TaskRun], alive: list[str], avoid: dict[str, str] | None = None
-    ) -> tuple[list[TaskRun], Assignment]:
-        """``runs`` tagged with their executor and epoch, and the assignment they follow."""
-        self._stateless.update(r.task_id for r in runs if not self._has_state(r.subtopology))
-        assignment = self.registry.plan(
-            [r.task_id for r in runs],
-            alive,
-            avoid=avoid,
-            caught_up=self.caught_up_standbys(),
-            stateless=self._stateless,
-        )
-        planned_at = time.time()
-        placed = [
-            replace(
-                r,
-                executor=assignment.active_of(r.task_id),
-                epoch=assignment.epoch_of(r.task_id),
-                planned_at=planned_at,
-            )
-            for r in runs
-        ]
-        return placed, assignment
-
-    @staticmethod
-    def shares(runs: list[TaskRun], alive: list[str], parallelism: int) -> list[list[TaskRun]]:
-        """One share per core of each executor (about), each with runs placed there only."""
-        slots = max(1, parallelism // max(1, len(alive)))
-        shares: list[list[TaskRun]] = []
-        for executor in alive:
-            mine = [r for r in runs if r.executor == executor]
-            if mine:
-                shares += spread_runs(mine, slots)
-        return shares
-
-    def current_results(self, results: list[TaskRunResult]) -> list[TaskRunResult]:
-        """``results`` minus those of a task run under an epoch that is no longer its own (a
-        frozen executor's, arriving after the task moved): counted, never used."""
-        kept = []
-        for result in results:
-            current = self.registry.epoch_of(result.task_id)
-            if result.epoch and current and result.epoch != current:
-                self.stale_results += 1
-                log.warning(
-                    "task %s: result of batch %d from executor %s under epoch %d dropped: the "
-                    "task's epoch is %d now",
-                    result.task_id,
-                    result.batch_id,
-                    result.executor_id,
-                    result.epoch,
-                    current,
-                )
-                continue
-            kept.append(result)
-        return kept
 
     def note_results(self, results: list[TaskRunResult]) -> None:
         """Task moves the executors saw, and every cold open's restores by cause."""
@@ -176,7 +98,7 @@ class ExecutorPlacement:
                     ) + int(fenced.get("markers", 0))
             query = item.report.get("query") or {}
             if query.get("port") is not None:
-                self.registry.note_endpoint(
+                self._on_endpoint(
                     ExecutorEndpoint(
                         item.executor_id, query.get("host") or item.host, int(query["port"])
                     )
@@ -210,8 +132,9 @@ class ExecutorPlacement:
     def _live_reports(self) -> dict[str, dict[str, Any]]:
         """Reports of the executors alive at the last placement (a lost executor's last
         report would show standbys that are gone)."""
-        last = self.registry.last
-        alive = set(last.executors) if last else set(self.reports)
+        alive = self._live_executors()
+        if alive is None:
+            alive = set(self.reports)
         return {e: r for e, r in self.reports.items() if e in alive}
 
     def caught_up_standbys(self) -> dict[str, set[str]]:
@@ -252,7 +175,8 @@ class ExecutorPlacement:
         return sorted(loads + others, key=lambda e: e.get("time", 0))
 
     def fencing_status(self) -> dict[str, Any]:
-        """For the status document: what fencing stopped (docs/fencing.md)."""
+        """For the status document: what fencing stopped (docs/fencing.md); placement adds
+        the results it dropped."""
         by_task: dict[str, dict[str, int]] = {}
         by_kind: Counter[str] = Counter()
         fenced = Counter(self.fenced)
@@ -265,13 +189,11 @@ class ExecutorPlacement:
             "fenced_total": sum(by_kind.values()),
             "by_kind": dict(by_kind),
             "by_task": by_task,
-            "stale_results_dropped": self.stale_results,
-            "epoch_base": self.registry.epoch_base,
         }
 
     def status(self) -> dict[str, Any]:
+        """For the status document's ``placement`` section, beside placement's own."""
         return {
-            **self.registry.status(),
             "restores": [
                 {"cause": cause, "source": source, "count": n}
                 for (cause, source), n in sorted(self.restores.items())

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from statekeeper.kafka.model import OffsetRange
+from statekeeper.placement.shares import spread_runs
 from statekeeper.worker.task_run import TaskRun
-from statekeeper.worker.task_runner import spread_runs
 
 
 def run(task: str, *counts: int) -> TaskRun:

@@ -14,19 +14,24 @@ from pathlib import Path
 
 import pytest
 
-from statekeeper.cluster.assignment import Assignment, TaskPlacement
 from statekeeper.cluster.executor import (
     DRIVER_EXECUTOR_ID,
     EXECUTOR_STATE_DIR_ENV,
+    executor_dir,
     executor_of_process,
     executor_state_dir,
 )
 from statekeeper.kafka.model import OffsetRange
+from statekeeper.placement.assignment import Assignment, TaskPlacement
+from statekeeper.placement.published import (
+    publish_assignment,
+    read_assignment,
+    still_placed_here,
+)
+from statekeeper.placement.shares import take_share
 from statekeeper.state.task_id import TaskId
-from statekeeper.worker.executor_services import publish_assignment, read_assignment
 from statekeeper.worker.parked_tasks import ParkedTask
 from statekeeper.worker.task_run import TaskRun
-from statekeeper.worker.task_runner import _still_placed_here, _take_share
 
 APP = "placed"
 
@@ -105,40 +110,40 @@ def _ids(share: list[TaskRun]) -> list[str]:
 
 def test_a_spark_task_takes_its_own_share_when_it_is_placed_on_its_executor(tmp_path):
     shares = _shares()
-    assert _ids(_take_share(2, shares, "job", "1", tmp_path, APP)) == ["0_2"]
-    assert _ids(_take_share(0, shares, "job", "1", tmp_path, APP)) == ["0_0", "0_4"]
-    assert _take_share(0, shares, "job", "1", tmp_path, APP) == []  # all of "1" taken
+    assert _ids(take_share(2, shares, "job", "1", tmp_path, APP)) == ["0_2"]
+    assert _ids(take_share(0, shares, "job", "1", tmp_path, APP)) == ["0_0", "0_4"]
+    assert take_share(0, shares, "job", "1", tmp_path, APP) == []  # all of "1" taken
 
 
 def test_a_spark_task_takes_the_first_free_share_of_its_executor_else_nothing(tmp_path):
     shares = _shares()
     # Index 1 is executor "2"'s share: a Spark task on "1" takes one of "1"'s instead.
-    assert _ids(_take_share(1, shares, "job", "1", tmp_path, APP)) == ["0_0", "0_4"]
-    assert _ids(_take_share(3, shares, "job", "1", tmp_path, APP)) == ["0_2"]
-    assert _take_share(5, shares, "job", "1", tmp_path, APP) == []
+    assert _ids(take_share(1, shares, "job", "1", tmp_path, APP)) == ["0_0", "0_4"]
+    assert _ids(take_share(3, shares, "job", "1", tmp_path, APP)) == ["0_2"]
+    assert take_share(5, shares, "job", "1", tmp_path, APP) == []
     # Executor "2"'s shares are still there for its own Spark tasks.
-    assert _ids(_take_share(0, shares, "job", "2", tmp_path, APP)) == ["0_1"]
-    assert _ids(_take_share(0, shares, "job", "2", tmp_path, APP)) == ["0_3"]
+    assert _ids(take_share(0, shares, "job", "2", tmp_path, APP)) == ["0_1"]
+    assert _ids(take_share(0, shares, "job", "2", tmp_path, APP)) == ["0_3"]
     # An executor with nothing placed on it runs nothing (and does not touch the disk).
-    assert _take_share(0, shares, "job", "3", tmp_path / "elsewhere", APP) == []
+    assert take_share(0, shares, "job", "3", tmp_path / "elsewhere", APP) == []
     assert not (tmp_path / "elsewhere").exists()
 
 
 def test_shares_are_taken_once_per_job(tmp_path):
     shares = _shares()
-    assert _ids(_take_share(2, shares, "job-a", "1", tmp_path, APP)) == ["0_2"]
-    assert _ids(_take_share(2, shares, "job-b", "1", tmp_path, APP)) == ["0_2"]  # a new pass
+    assert _ids(take_share(2, shares, "job-a", "1", tmp_path, APP)) == ["0_2"]
+    assert _ids(take_share(2, shares, "job-b", "1", tmp_path, APP)) == ["0_2"]  # a new pass
 
 
 def test_unplaced_runs_are_taken_anywhere(tmp_path):
     shares = [[_run("0_0", None)], [_run("0_1", None)]]
-    assert _ids(_take_share(1, shares, "job", "9", tmp_path, APP)) == ["0_1"]
-    assert _ids(_take_share(1, shares, "job", "driver", tmp_path, APP)) == ["0_0"]
+    assert _ids(take_share(1, shares, "job", "9", tmp_path, APP)) == ["0_1"]
+    assert _ids(take_share(1, shares, "job", "driver", tmp_path, APP)) == ["0_0"]
 
 
 def _take_in_process(args: tuple) -> list[str]:
     index, shares, state_dir = args
-    return _ids(_take_share(index, shares, "race", "1", Path(state_dir), APP))
+    return _ids(take_share(index, shares, "race", "1", Path(state_dir), APP))
 
 
 def test_concurrent_spark_tasks_of_one_executor_take_each_share_once(tmp_path):
@@ -177,21 +182,21 @@ def test_an_unreadable_published_assignment_reads_as_none(tmp_path):
     assert read_assignment(tmp_path, APP) is None
 
 
-def test_still_placed_here_while_no_assignment_is_published(tmp_path):
-    assert _still_placed_here(tmp_path, APP, "0_0", "1", 1)()
+def teststill_placed_here_while_no_assignment_is_published(tmp_path):
+    assert still_placed_here(tmp_path, APP, "0_0", "1", 1)()
 
 
-def test_still_placed_here_follows_the_published_assignment(tmp_path):
-    check = _still_placed_here(tmp_path, APP, "0_0", "1", 1)
+def teststill_placed_here_follows_the_published_assignment(tmp_path):
+    check = still_placed_here(tmp_path, APP, "0_0", "1", 1)
     publish_assignment(tmp_path, _assignment(1))
     assert check()
     publish_assignment(tmp_path, _assignment(2, active="2", epoch=2))  # moved away
     assert not check()
     publish_assignment(tmp_path, _assignment(3, active="1", epoch=3))  # back, newer epoch
     assert not check()
-    assert _still_placed_here(tmp_path, APP, "0_0", "1", 3)()
+    assert still_placed_here(tmp_path, APP, "0_0", "1", 3)()
     # A task the assignment does not name (yet) is not taken away.
-    assert _still_placed_here(tmp_path, APP, "1_0", "1", 1)()
+    assert still_placed_here(tmp_path, APP, "1_0", "1", 1)()
 
 
 class StubTransaction:
@@ -232,7 +237,7 @@ def test_commit_held_drops_the_held_batches_of_a_task_that_moved_away(tmp_path, 
     transaction = StubTransaction()
     state = StubState(transaction)
     parked = ParkedTask(
-        state, None, epoch=1, still_placed_here=_still_placed_here(tmp_path, APP, "0_0", "1", 1)
+        state, None, epoch=1, still_placed_here=still_placed_here(tmp_path, APP, "0_0", "1", 1)
     )
     publish_assignment(tmp_path, _assignment(5, active="2", epoch=2))
     parked.commit_held()
@@ -246,7 +251,7 @@ def test_a_new_app_run_replaces_the_last_run_assignment_on_disk(tmp_path):
     # State directories outlive an app run, and so does the assignment published there; a
     # restarted driver numbers its assignments from 1 again. The last run's higher version
     # must not hide the new run's placement (its epochs, standbys and query endpoints).
-    from statekeeper.cluster.placement import TaskPlacementRegistry
+    from statekeeper.placement.registry import TaskPlacementRegistry
 
     last_run = TaskPlacementRegistry(APP)
     for alive in (["1", "2"], ["2"], ["1", "2"], ["1"], ["1", "2"]):
@@ -257,7 +262,7 @@ def test_a_new_app_run_replaces_the_last_run_assignment_on_disk(tmp_path):
     publish_assignment(tmp_path, first)
     assert read_assignment(tmp_path, APP) == first
     placed_on_1 = next(t for t, p in first.tasks.items() if p.active == "1")
-    assert _still_placed_here(tmp_path, APP, placed_on_1, "1", 1)()
+    assert still_placed_here(tmp_path, APP, placed_on_1, "1", 1)()
     # Within the new run, a late Spark task's older copy is still ignored.
     second = new_run.plan(["0_0", "0_1"], ["1", "2", "3"])
     publish_assignment(tmp_path, second)
@@ -302,7 +307,7 @@ def test_the_services_host_reconciles_a_new_run_assignment_of_the_same_version(
     settings = StatekeeperSettings(
         bootstrap_servers="127.0.0.1:1", application_id=APP, state_dir=tmp_path, status_port=None
     )
-    folder = executor_services.services_dir(tmp_path, APP)
+    folder = executor_dir(tmp_path, APP)
     folder.mkdir(parents=True)
     fd = os.open(folder / "host.lock", os.O_RDWR | os.O_CREAT, 0o644)
     host = executor_services.ExecutorServicesHost(
