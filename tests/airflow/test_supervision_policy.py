@@ -49,8 +49,14 @@ def test_defaults_layers_and_clear_errors():
         ("DAG param supervision", {"max_restarts": 1}),
     )
     assert (cfg.stall_timeout_s, cfg.max_restarts) == (30, 1)
-    with pytest.raises(ConfigError, match=r"from spec a.yaml: unknown \['stall_s'\]"):
-        supervision_config(("spec a.yaml", {"stall_s": 3}))
+    with pytest.raises(ConfigError, match=r"from spec a.yaml: unknown 'zzz'; known"):
+        supervision_config(("spec a.yaml", {"zzz": 3}))
+    with pytest.raises(
+        ConfigError,
+        match=r"from DAG param supervision: unknown 'stall_timeout' \(did you mean "
+        r"stall_timeout_s\?\)",
+    ):
+        supervision_config(("DAG param supervision", {"stall_timeout": 300}))
     with pytest.raises(ConfigError, match="from DAG param.*max_restarts: Input should be greater"):
         supervision_config(("DAG param", {"max_restarts": -1}))
     with pytest.raises(ConfigError, match=r"backoff_max_s \(1.0\) is below backoff_base_s"):
@@ -189,7 +195,8 @@ def test_a_stop_is_written_down_before_the_signal_and_is_no_crash(tmp_path):
         proc.kill()
     assert result.outcome == "graceful"
     [stop] = read_intended_stops(status_file.parent)
-    assert (stop.pid, stop.start_ticks, stop.then) == (proc.pid, ident.start_ticks, STAY_STOPPED)
+    launch = (proc.pid, ident.process.start_ticks, STAY_STOPPED)
+    assert (stop.pid, stop.start_ticks, stop.then) == launch
     assert ident.intended_stop() == stop
     # Another launch with the same pid (a reused pid) is not excused by this record.
     other = AppProcessIdentity.from_json({**ident.to_json(), "start_ticks": 1})

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from statekeeper.app.supervision_config import SupervisionConfig
 from statekeeper.errors import ConfigError
+from statekeeper.settings import close_names
 
 #: App states in which the app reports batches (a stall is judged only there).
 RUNNING = "RUNNING"
@@ -55,8 +56,9 @@ def supervision_config(*layers: tuple[str, Mapping[str, Any] | None]) -> Supervi
             )
         unknown = sorted(set(layer) - known)
         if unknown:
+            named = ", ".join(f"{name!r}{close_names(name, known)}" for name in unknown)
             raise ConfigError(
-                f"supervision settings from {source}: unknown {unknown}; known: {sorted(known)}"
+                f"supervision settings from {source}: unknown {named}; known: {sorted(known)}"
             )
         try:
             SupervisionConfig(**{**merged, **layer})
