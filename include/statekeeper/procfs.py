@@ -1,9 +1,9 @@
 """What ``/proc`` says of a process: its state, parent, process group and start time.
 
 A pid alone does not name a process: the kernel reuses pids. The start time (field 22 of
-``/proc/<pid>/stat``, clock ticks since boot) does, on one boot, so the supervisor and the
-embedded platform record ``(pid, start ticks)`` and never signal a pid whose start time
-differs. Linux only.
+``/proc/<pid>/stat``, clock ticks since boot) does, on one boot: records of the processes
+this library starts hold a :class:`~statekeeper.process_identity.ProcessIdentity` (pid,
+start ticks, boot id) and never signal a pid whose start time differs. Linux only.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from statekeeper.cluster.local_cluster import (
     LocalSparkCluster,
     WorkerInfo,
 )
+from statekeeper.process_identity import ProcessIdentity
 from statekeeper.procfs import proc_stat, start_ticks
 
 pytestmark = pytest.mark.xdist_group("spark_cluster")
@@ -362,9 +363,7 @@ def _fake_host(tmp_path: Path) -> Iterator[tuple[LocalSparkCluster, list[int]]]:
         [sys.executable, "-c", FAKE_HOST], env=env, start_new_session=True, cwd=tmp_path
     )
     try:
-        cluster._workers = [
-            WorkerInfo("worker-0", proc.pid, start_ticks(proc.pid) or -1, "", 0, index=0)
-        ]
+        cluster._workers = [WorkerInfo("worker-0", ProcessIdentity.of(proc.pid), "", 0, index=0)]
         _wait_for(lambda: len(cluster.worker_processes(0)) == 2, 30, "the fake host's child")
         pids = cluster.worker_processes(0)
         groups = {proc_stat(pid).group for pid in pids}  # type: ignore[union-attr]

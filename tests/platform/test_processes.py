@@ -64,7 +64,8 @@ def test_a_reused_pid_is_not_the_recorded_process(tmp_path):
     record = _start(tmp_path, "svc", SLEEPER)
     try:
         assert record.alive()
-        assert not replace(record, start_ticks=record.start_ticks - 1).alive()
+        reused = replace(record.process, start_ticks=record.process.start_ticks - 1)
+        assert not replace(record, process=reused).alive()
     finally:
         stop_process(record, timeout_s=5)
 

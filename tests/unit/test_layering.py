@@ -30,14 +30,16 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "settings": {"errors"},
     "procfs": set(),
+    # Which process: pid, start time and boot (on top of procfs).
+    "process_identity": {"procfs"},
     "stores": {"errors"},
-    "kafka": {"errors"},
+    "kafka": {"errors", "process_identity"},
     "changelog": {"errors", "kafka", "stores"},
     "state": _BASE | {"kafka", "stores", "changelog"},
     "processing": _FLOORS_BELOW_PROCESSING,
     "spark": _RUNTIME,
     # Running on a cluster: executor identity and task placement (pure), the local cluster.
-    "cluster": _BASE | {"procfs"},
+    "cluster": _BASE | {"procfs", "process_identity"},
     # What an executor runs beside its tasks: standby replicas and the query server.
     "standby": _FLOORS_BELOW_PROCESSING | {"cluster"},
     "query": _FLOORS_BELOW_PROCESSING | {"processing", "cluster"},
@@ -46,11 +48,13 @@ ALLOWED: dict[str, set[str]] = {
     "worker": _RUNTIME | {"spark", "snapshots", "cluster", "standby", "query"},
     "app": _RUNTIME | {"spark", "worker", "snapshots", "cluster", "standby"},
     "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster"},
-    "airflow": _RUNTIME | {"spark", "worker", "app", "ops", "snapshots", "procfs", "cluster"},
+    "airflow": _RUNTIME
+    | {"spark", "worker", "app", "ops", "snapshots", "cluster"}
+    | {"procfs", "process_identity"},
     # The embedded platform runs Airflow and the broker as processes; it imports neither
     # (the third-party rule below keeps airflow out). It reads app specs and supervision's
     # records through airflow/supervision/, whose modules import no Airflow.
-    "platform": _BASE | {"kafka", "procfs", "app", "airflow"},
+    "platform": _BASE | {"kafka", "procfs", "process_identity", "app", "airflow"},
     # Leaves: the command line and the public facade (statekeeper/__init__.py) call anything.
     "cli": {"*"},
     "__init__": {"*"},
@@ -66,6 +70,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "errors": HEAVY,
     "settings": HEAVY,
     "procfs": HEAVY,
+    "process_identity": HEAVY,
     "cluster": HEAVY,
     "standby": HEAVY,
     "query": HEAVY,

@@ -87,7 +87,7 @@ def _cmd_broker_start(args: argparse.Namespace) -> int:
     storage = f"on disk in {state.data_dir}" if state.data_dir else "in memory"
     emit(
         args,
-        {"running": True, **vars(state)},
+        {"running": True, **state.report()},
         f"broker running on {state.bootstrap_servers} (pid {state.tansu_pid}, data {storage}); "
         f"run dir {state.run_dir}",
     )

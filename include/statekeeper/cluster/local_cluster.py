@@ -24,8 +24,9 @@ The master and the workers run with ``spark.worker.timeout`` of
 worker that stopped heartbeating (a frozen one) after 20-40 s and tells the app its
 executors are lost, and workers heartbeat every quarter of it.
 
-``<base>/cluster.json`` records pids with their start times (``/proc/<pid>/stat``; a pid
-whose start time differs is another process and is never signalled), ports and directories,
+``<base>/cluster.json`` records each process's identity (pid, start time and boot, see
+:mod:`statekeeper.process_identity`: a pid whose start time differs is another process and
+is never signalled), ports and directories,
 so ``statekeeper cluster stop`` works from another process. Logs go to ``<base>/logs/``.
 """
 
@@ -49,6 +50,7 @@ from typing import Any
 
 from statekeeper.cluster.executor import EXECUTOR_STATE_DIR_ENV
 from statekeeper.errors import StatekeeperError
+from statekeeper.process_identity import HoldsProcessIdentity, ProcessIdentity
 from statekeeper.procfs import all_pids, boot_id, group_members, proc_stat, start_ticks
 
 #: In the environment of every process of a local cluster (and inherited by its children):
@@ -114,18 +116,17 @@ class ClusterConfig:
 
 
 @dataclass
-class ProcessInfo:
-    """One started process: enough to find it again (pid + start ticks) and to restart it."""
+class ProcessInfo(HoldsProcessIdentity):
+    """One started process: enough to find it again (its identity) and to restart it."""
 
     name: str
-    pid: int
-    start_ticks: int
+    process: ProcessIdentity
     log: str
     webui_port: int
 
     def alive(self) -> bool:
         """True while the recorded process (not a later one with its pid) runs."""
-        return start_ticks(self.pid) == self.start_ticks
+        return self.process.alive()
 
 
 @dataclass
@@ -169,8 +170,8 @@ class LocalSparkCluster:
         self._workers: list[WorkerInfo] = []
         self._master_port = config.master_port
         self._started_at = 0.0
-        #: Frozen workers (freeze_worker): index -> {pid: start ticks} of the processes stopped.
-        self._frozen: dict[int, dict[int, int]] = {}
+        #: Frozen workers (freeze_worker): index -> {pid: identity} of the processes stopped.
+        self._frozen: dict[int, dict[int, ProcessIdentity]] = {}
 
     # -- paths and addresses -------------------------------------------------------------------
 
@@ -291,8 +292,7 @@ class LocalSparkCluster:
                 cwd=self.base_dir,
                 start_new_session=True,  # its own process group: killpg reaches its children
             )
-        ticks = start_ticks(proc.pid)
-        return ProcessInfo(name, proc.pid, ticks if ticks is not None else -1, str(log), webui)
+        return ProcessInfo(name, ProcessIdentity.of(proc.pid), str(log), webui)
 
     def _start_worker(self, home: Path, index: int, webui: int) -> WorkerInfo:
         cfg = self.config
@@ -322,7 +322,15 @@ class LocalSparkCluster:
             self.master_url,
         ]
         proc = self._launch(f"worker-{index}", argv, env, webui)
-        return WorkerInfo(**asdict(proc), index=index, work_dir=str(work), state_dir=str(state))
+        return WorkerInfo(
+            proc.name,
+            proc.process,
+            proc.log,
+            proc.webui_port,
+            index=index,
+            work_dir=str(work),
+            state_dir=str(state),
+        )
 
     def _wait_for_master(self) -> None:
         assert self.master is not None
@@ -411,7 +419,7 @@ class LocalSparkCluster:
         master_alive = self.master is not None and self.master.alive()
         workers = [
             {
-                **asdict(w),
+                **w.to_json(),
                 "alive": w.alive(),
                 "registered": w.index in alive,
                 "webui_url": f"http://{LOOPBACK}:{w.webui_port}",
@@ -480,9 +488,9 @@ class LocalSparkCluster:
                 break
             _signal_pids(new, signals.SIGSTOP)
             for pid in new:
-                ticks = start_ticks(pid)
-                if ticks is not None:
-                    stopped[pid] = ticks
+                process = ProcessIdentity.of(pid)
+                if process.alive():
+                    stopped[pid] = process
         else:
             left = [pid for pid in self.worker_processes(index) if pid not in stopped]
             if left:
@@ -516,9 +524,7 @@ class LocalSparkCluster:
 
     def _frozen_pids(self, index: int) -> list[int]:
         """The pids freeze_worker stopped for worker ``index`` that are still those processes."""
-        return [
-            pid for pid, ticks in self._frozen.get(index, {}).items() if start_ticks(pid) == ticks
-        ]
+        return [pid for pid, process in self._frozen.get(index, {}).items() if process.alive()]
 
     def restart_worker(self, index: int) -> WorkerInfo:
         """Start worker ``index`` again (same directories, environment and web UI port) and
@@ -591,9 +597,13 @@ class LocalSparkCluster:
             "started_at": self._started_at,
             "stopped": stopped,
             "master_port": self._master_port,
-            "master": asdict(self.master) if self.master else None,
-            "workers": [asdict(w) for w in self._workers],
-            "frozen": {str(i): sorted(pids.items()) for i, pids in self._frozen.items()},
+            "master": self.master.to_json() if self.master else None,
+            "workers": [w.to_json() for w in self._workers],
+            # [pid, start ticks] pairs; the boot is the document's.
+            "frozen": {
+                str(i): sorted([p.pid, p.start_ticks] for p in frozen.values())
+                for i, frozen in self._frozen.items()
+            },
             "config": cfg,
         }
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -615,12 +625,15 @@ class LocalSparkCluster:
         cluster = cls(config)
         cluster._master_port = int(document.get("master_port") or 0)
         cluster._started_at = float(document.get("started_at") or 0.0)
-        if document.get("boot_id") == boot_id():
+        boot = document.get("boot_id")
+        if boot == boot_id():
             if document.get("master"):
-                cluster.master = ProcessInfo(**document["master"])
-            cluster._workers = [WorkerInfo(**w) for w in document.get("workers", [])]
+                cluster.master = ProcessInfo.from_json(document["master"])
+            cluster._workers = [WorkerInfo.from_json(w) for w in document.get("workers", [])]
             cluster._frozen = {
-                int(i): {int(pid): int(ticks) for pid, ticks in pids}
+                int(i): {
+                    int(pid): ProcessIdentity(int(pid), int(ticks), boot) for pid, ticks in pids
+                }
                 for i, pids in (document.get("frozen") or {}).items()
             }
         return cluster
@@ -638,19 +651,15 @@ def _read_state(path: Path) -> dict[str, Any] | None:
 def _processes_of_state(document: dict[str, Any]) -> list[ProcessInfo]:
     if document.get("boot_id") != boot_id():
         return []
-    found = [ProcessInfo(**document["master"])] if document.get("master") else []
-    return found + [WorkerInfo(**w) for w in document.get("workers", [])]
+    found = [ProcessInfo.from_json(document["master"])] if document.get("master") else []
+    return found + [WorkerInfo.from_json(w) for w in document.get("workers", [])]
 
 
 def _group_of(proc: ProcessInfo) -> list[int]:
-    """The live members of ``proc``'s process group. The group id is the leader's pid; the
-    kernel does not hand that pid out again while the group has members, so members are
-    ours even after the leader died."""
-    if proc.alive():
-        return group_members(proc.pid)
-    if start_ticks(proc.pid) is None:  # the leader is gone: what is left of its group
-        return group_members(proc.pid)
-    return []  # the pid now belongs to a different process
+    """The live members of ``proc``'s process group: its leader runs, or is gone and what
+    is left of its group is still ours; none when the pid now belongs to another process
+    (see :meth:`ProcessIdentity.group_may_be_signalled`)."""
+    return group_members(proc.pid) if proc.process.group_may_be_signalled() else []
 
 
 def _marked(matches: Callable[[str], bool]) -> list[int]:
@@ -688,13 +697,13 @@ def _signal_pids(pids: Iterable[int], sig: int) -> None:
 def _wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
     """Wait until ``pids`` (as they run now) have exited, reaping our own children; returns
     those still running at the deadline."""
-    ticks = {pid: start_ticks(pid) for pid in pids}
+    running = [ProcessIdentity.of(pid) for pid in pids]
     deadline = time.monotonic() + timeout_s
     while True:
-        for pid in ticks:
+        for process in running:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-        left = [pid for pid, t in ticks.items() if t is not None and start_ticks(pid) == t]
+                os.waitpid(process.pid, os.WNOHANG)
+        left = [process.pid for process in running if process.alive()]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)

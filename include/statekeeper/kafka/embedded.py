@@ -8,7 +8,10 @@ Two storage modes:
 
 Everything binds to 127.0.0.1 only (Tansu 0.6.0 opens no listener besides the Kafka one).
 A run directory holds pid files, logs and ``broker.json`` so ``statekeeper broker status``
-and ``stop`` work from another process than the one that started the broker.
+and ``stop`` work from another process than the one that started the broker. ``broker.json``
+records each process's identity (pid, start time and boot, see
+:mod:`statekeeper.process_identity`): a pid the kernel gave to another process since is
+never signalled.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from statekeeper.errors import BrokerUnavailableError
+from statekeeper.process_identity import NO_START, ProcessIdentity
 
 HOST = "127.0.0.1"
 BUCKET = "tansu"
@@ -62,24 +66,71 @@ class EmbeddedBrokerError(BrokerUnavailableError):
 
 @dataclass
 class BrokerState:
-    """What ``broker.json`` records about a running embedded broker."""
+    """What ``broker.json`` records about a running embedded broker: ``tansu`` is the
+    broker's process, ``s3`` the S3 server's (durable storage only)."""
 
     port: int
     bootstrap_servers: str
     storage: str  # "memory" or "s3"
     storage_url: str
-    tansu_pid: int
+    tansu: ProcessIdentity
     started_at: float
     run_dir: str
     data_dir: str | None = None
-    s3_pid: int | None = None
+    s3: ProcessIdentity | None = None
     s3_port: int | None = None
     cluster_id: str = "tansu_cluster"
 
+    @property
+    def tansu_pid(self) -> int:
+        """The broker's pid."""
+        return self.tansu.pid
+
+    @property
+    def s3_pid(self) -> int | None:
+        """The S3 server's pid (None in memory storage)."""
+        return self.s3.pid if self.s3 is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``broker.json`` holds (each identity as ``{pid, start_ticks, boot_id}``)."""
+        return {
+            **asdict(self),
+            "tansu": self.tansu.to_json(),
+            "s3": self.s3.to_json() if self.s3 is not None else None,
+        }
+
+    def report(self) -> dict[str, Any]:
+        """What ``broker start``, ``status`` and ``stop`` show: :meth:`to_dict`, plus the
+        pids by themselves (``tansu_pid``, ``s3_pid``)."""
+        return {**self.to_dict(), "tansu_pid": self.tansu_pid, "s3_pid": self.s3_pid}
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BrokerState:
+        """The state in ``data`` (see :meth:`to_dict`); keys it does not know are ignored.
+        A ``broker.json`` written before identities were recorded has bare ``tansu_pid`` and
+        ``s3_pid``: see :func:`_identity_of_bare_pid`."""
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if "tansu" in data:
+            known["tansu"] = ProcessIdentity.from_json(data["tansu"])
+        else:
+            known["tansu"] = _identity_of_bare_pid(data["tansu_pid"], "tansu")
+        if data.get("s3"):
+            known["s3"] = ProcessIdentity.from_json(data["s3"])
+        elif data.get("s3_pid"):
+            known["s3"] = _identity_of_bare_pid(data["s3_pid"], "localbucket")
         return cls(**known)
+
+
+def _identity_of_bare_pid(pid: int, program: str) -> ProcessIdentity:
+    """The identity of a pid recorded without its start time (by an older version): the
+    process holding ``pid`` now if its command line names ``program`` (that version's
+    check), else one that never runs (:data:`NO_START`)."""
+    now = ProcessIdentity.of(int(pid))
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        cmdline = ""
+    return now if program in cmdline else replace(now, start_ticks=NO_START)
 
 
 def tansu_binary() -> Path:
@@ -201,16 +252,16 @@ class EmbeddedBroker:
             bootstrap_servers=f"{HOST}:{port}",
             storage="s3" if self.data_dir else "memory",
             storage_url=storage_url,
-            tansu_pid=self._tansu.pid,
+            tansu=ProcessIdentity.of(self._tansu.pid),
             started_at=time.time(),
             run_dir=str(self.run_dir),
             data_dir=str(self.data_dir) if self.data_dir else None,
-            s3_pid=self._s3.pid if self._s3 else None,
+            s3=ProcessIdentity.of(self._s3.pid) if self._s3 else None,
             s3_port=_s3_port_from_env(env),
         )
-        _write_json(self.run_dir / STATE_FILE, asdict(self.state))
+        _write_json(self.run_dir / STATE_FILE, self.state.to_dict())
         if self.data_dir is not None:
-            _write_json(self.data_dir / DATA_OWNER_FILE, asdict(self.state))
+            _write_json(self.data_dir / DATA_OWNER_FILE, self.state.to_dict())
         if not self.detach:
             atexit.register(self.stop)
         return self
@@ -378,7 +429,7 @@ def read_state(run_dir: str | os.PathLike[str]) -> BrokerState | None:
         return BrokerState.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, KeyError) as exc:
         raise EmbeddedBrokerError(f"{path} is unreadable ({exc}); delete it") from exc
 
 
@@ -387,8 +438,8 @@ def broker_status(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     state = read_state(run_dir)
     if state is None:
         return {"running": False, "run_dir": str(Path(run_dir).resolve())}
-    tansu_alive = _our_process_alive(state.tansu_pid, "tansu")
-    s3_alive = _our_process_alive(state.s3_pid, "localbucket") if state.s3_pid else None
+    tansu_alive = state.tansu.alive()
+    s3_alive = state.s3.alive() if state.s3 is not None else None
     reachable = tansu_alive and _tcp_open(state.port)
     return {
         "running": bool(reachable and s3_alive is not False),
@@ -396,7 +447,7 @@ def broker_status(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "tansu_alive": tansu_alive,
         "s3_alive": s3_alive,
         "uptime_s": round(time.time() - state.started_at, 1),
-        **asdict(state),
+        **state.report(),
     }
 
 
@@ -406,16 +457,16 @@ def stop_broker(run_dir: str | os.PathLike[str], timeout_s: float = 10.0) -> dic
     if state is None:
         return {"stopped": False, "was_running": False, "run_dir": str(Path(run_dir).resolve())}
     stopped = []
-    for pid, name in ((state.tansu_pid, "tansu"), (state.s3_pid, "localbucket")):
-        if pid and _our_process_alive(pid, name):
-            _signal_and_wait(pid, name, timeout_s)
-            stopped.append({"name": name, "pid": pid})
+    for process, name in ((state.tansu, "tansu"), (state.s3, "localbucket")):
+        if process is not None and process.alive():
+            _signal_and_wait(process, _STOP_SIGNAL[name], timeout_s)
+            stopped.append({"name": name, "pid": process.pid})
     _remove_run_files(Path(run_dir))
     return {
         "stopped": True,
         "was_running": bool(stopped),
         "processes": stopped,
-        **asdict(state),
+        **state.report(),
     }
 
 
@@ -423,7 +474,7 @@ def _refuse_if_running(run_dir: Path) -> None:
     state = read_state(run_dir)
     if state is None:
         return
-    if _our_process_alive(state.tansu_pid, "tansu"):
+    if state.tansu.alive():
         raise EmbeddedBrokerError(
             f"an embedded broker is already running on {state.bootstrap_servers} "
             f"(pid {state.tansu_pid}, run dir {run_dir}); "
@@ -436,43 +487,25 @@ def _refuse_if_data_dir_in_use(data_dir: Path) -> None:
     # Two brokers writing one bucket would corrupt each other's partition metadata.
     try:
         owner = BrokerState.from_dict(json.loads((data_dir / DATA_OWNER_FILE).read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
+    except (FileNotFoundError, ValueError, TypeError, KeyError):
         return
-    if _our_process_alive(owner.tansu_pid, "tansu"):
+    if owner.tansu.alive():
         raise EmbeddedBrokerError(
             f"data dir {data_dir} is in use by the broker on {owner.bootstrap_servers} "
             f"(pid {owner.tansu_pid}, run dir {owner.run_dir}); stop that one first"
         )
 
 
-def _signal_and_wait(pid: int, name: str, timeout_s: float) -> None:
+def _signal_and_wait(process: ProcessIdentity, sig: signal.Signals, timeout_s: float) -> None:
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, _STOP_SIGNAL[name])
+        os.kill(process.pid, sig)
     deadline = time.monotonic() + timeout_s
-    while _our_process_alive(pid, name):
+    while process.alive():
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(process.pid, signal.SIGKILL)
             break
         time.sleep(0.05)
-
-
-def _our_process_alive(pid: int | None, name: str) -> bool:
-    """True if ``pid`` runs and its command line names ``name`` (guards against pid reuse)."""
-    if not pid:
-        return False
-    proc = Path(f"/proc/{pid}")
-    try:
-        # Field 3 of /proc/PID/stat is the state; a zombie has exited already.
-        stat = (proc / "stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-        cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    except PermissionError:
-        return True
-    return name in cmdline
 
 
 def _spawn(

@@ -1,11 +1,12 @@
 """Background processes tracked by PID files: start detached, check, stop, and sweep.
 
 Each service runs in its own session (``setsid``), so its process group holds the service and
-every child it forks without a new session of its own. The PID file (JSON) records the pid,
-its start time in clock ticks (``/proc/<pid>/stat`` field 22, which guards against a reused
-pid), the command line, the port and the log. A child that does start its own session (a
-detached ``spark-submit``) is still found: every process the platform starts carries the
-marker variable :data:`MARKER_ENV` in its environment, which children inherit.
+every child it forks without a new session of its own. The PID file (JSON) records the
+process's identity (pid, start time and boot: a reused pid is never taken for it, see
+:mod:`statekeeper.process_identity`), the command line, the port and the log. A child that
+does start its own session (a detached ``spark-submit``) is still found: every process the
+platform starts carries the marker variable :data:`MARKER_ENV` in its environment, which
+children inherit.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from statekeeper.process_identity import HoldsProcessIdentity, ProcessIdentity
 from statekeeper.procfs import all_pids, group_members, parent_pid, start_ticks
 
 #: Environment variable naming the platform root; inherited by every process it starts.
@@ -28,12 +30,11 @@ MARKER_ENV = "STATEKEEPER_PLATFORM"
 
 
 @dataclass
-class ProcessRecord:
+class ProcessRecord(HoldsProcessIdentity):
     """What a PID file records about one started service."""
 
     name: str
-    pid: int
-    start_ticks: int
+    process: ProcessIdentity
     argv: list[str]
     log: str
     started_at: float
@@ -43,20 +44,19 @@ class ProcessRecord:
     def read(cls, path: Path) -> ProcessRecord | None:
         """The record in ``path``, or None when there is none (or it is unreadable)."""
         try:
-            data = json.loads(path.read_text())
-            return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-        except (FileNotFoundError, ValueError, TypeError):
+            return cls.from_json(json.loads(path.read_text()))
+        except (FileNotFoundError, ValueError, TypeError, KeyError):
             return None
 
     def write(self, path: Path) -> None:
         """Write atomically, so a concurrent ``status`` never reads half a file."""
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         os.replace(tmp, path)
 
     def alive(self) -> bool:
         """True while the recorded process (not a later one with its pid) runs."""
-        return start_ticks(self.pid) == self.start_ticks
+        return self.process.alive()
 
 
 def start_process(
@@ -82,11 +82,9 @@ def start_process(
             cwd=cwd,
             start_new_session=True,
         )
-    ticks = start_ticks(proc.pid)
     record = ProcessRecord(
         name=name,
-        pid=proc.pid,
-        start_ticks=ticks if ticks is not None else -1,
+        process=ProcessIdentity.of(proc.pid),
         argv=list(argv),
         log=str(log),
         started_at=time.time(),
@@ -105,9 +103,11 @@ def exited_early(record: ProcessRecord) -> bool:
 
 def stop_process(record: ProcessRecord, timeout_s: float = 20.0) -> list[int]:
     """SIGTERM the service's process group, wait up to ``timeout_s``, then SIGKILL what is
-    left. Returns the pids that had to be killed."""
+    left (what is left of the group when the service itself is gone; nothing when its pid
+    now belongs to another process). Returns the pids that had to be killed."""
     if not record.alive():
-        return stop_pids(group_members(record.pid), timeout_s)
+        orphans = group_members(record.pid) if record.process.group_may_be_signalled() else []
+        return stop_pids(orphans, timeout_s)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(record.pid, signal.SIGTERM)
     return _wait_then_kill(lambda: group_members(record.pid), timeout_s, record.pid)
@@ -115,14 +115,13 @@ def stop_process(record: ProcessRecord, timeout_s: float = 20.0) -> list[int]:
 
 def stop_pids(pids: Iterable[int], timeout_s: float) -> list[int]:
     """SIGTERM ``pids``, wait up to ``timeout_s``, SIGKILL the rest; returns the killed."""
-    pids = list(pids)
-    ticks = {pid: start_ticks(pid) for pid in pids}
-    for pid in pids:
+    found = [ProcessIdentity.of(pid) for pid in pids]
+    for process in found:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
+            os.kill(process.pid, signal.SIGTERM)
 
     def left() -> list[int]:
-        return [p for p in pids if ticks[p] is not None and start_ticks(p) == ticks[p]]
+        return [process.pid for process in found if process.alive()]
 
     return _wait_then_kill(left, timeout_s)
 

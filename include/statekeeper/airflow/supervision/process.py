@@ -1,7 +1,7 @@
 """A detached app process: its identity, whether it still runs, and stopping it.
 
-The identity is the launched process's pid *and* its start time (``/proc/<pid>/stat`` field
-22, clock ticks since boot) plus the boot id, so a pid the kernel reused for another
+The identity holds the launched process's :class:`~statekeeper.process_identity.
+ProcessIdentity` (pid, start time and boot id), so a pid the kernel reused for another
 process is never taken for the app (nor signalled). The launched process leads its own
 session and process group (``start_new_session``): the group holds the Spark JVM, the
 Python driver and the Python workers, so one ``killpg`` takes down all of them.
@@ -20,9 +20,8 @@ import os
 import signal
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from statekeeper.airflow.supervision.stops import (
     CALLER_RELAUNCHES,
@@ -30,17 +29,17 @@ from statekeeper.airflow.supervision.stops import (
     intended_stop_of,
     record_intended_stop,
 )
-from statekeeper.procfs import boot_id, group_members, proc_stat
+from statekeeper.process_identity import HoldsProcessIdentity, Liveness, ProcessIdentity
+from statekeeper.procfs import group_members
 
 
 @dataclass(frozen=True)
-class AppProcessIdentity:
-    """One launch of an app: enough to find it again from another task or DAG run."""
+class AppProcessIdentity(HoldsProcessIdentity):
+    """One launch of an app: enough to find it again from another task or DAG run. Its JSON
+    (:meth:`to_json`) is flat: ``pid``, ``start_ticks`` and ``boot_id`` beside the rest."""
 
     application_id: str
-    pid: int
-    start_ticks: int
-    boot_id: str
+    process: ProcessIdentity
     host: str
     launched_at: float
     log_path: str
@@ -53,12 +52,10 @@ class AppProcessIdentity:
         cls, application_id: str, pid: int, launched_at: float, log_path: str, status_file: str,
         command: list[str], upgrade_mode: str | None = None,
     ) -> AppProcessIdentity:  # fmt: skip
-        stat = proc_stat(pid)
+        """The launch of ``pid``, just started on this machine."""
         return cls(
             application_id,
-            pid,
-            stat.start_ticks if stat else -1,
-            boot_id(),
+            ProcessIdentity.of(pid),
             socket.gethostname(),
             launched_at,
             log_path,
@@ -67,32 +64,20 @@ class AppProcessIdentity:
             upgrade_mode,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> AppProcessIdentity:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in doc.items() if k in known})
-
     @property
     def local(self) -> bool:
-        """Whether this machine launched it (its pid means something here)."""
-        return self.host == socket.gethostname() and self.boot_id == boot_id()
+        """Whether this machine launched it, on this boot (its pid means something here)."""
+        return self.host == socket.gethostname() and self.process.local
 
     def alive(self) -> tuple[bool | None, str]:
         """``(running?, why)``; None when the process is on another host or machine boot."""
         if not self.local:
-            return None, f"launched on {self.host} (boot {self.boot_id[:8]}), checked elsewhere"
-        stat = proc_stat(self.pid)
-        if stat is None:
-            return False, f"pid {self.pid} exited"
-        if stat.start_ticks != self.start_ticks:
-            return False, f"pid {self.pid} exited (the pid now belongs to another process)"
-        if not stat.running:
+            boot = self.process.boot_id[:8]
+            return None, f"launched on {self.host} (boot {boot}), checked elsewhere"
+        found = self.process.liveness()
+        if found is Liveness.ZOMBIE:
             _reap(self.pid)
-            return False, f"pid {self.pid} exited (zombie)"
-        return True, f"pid {self.pid} running (state {stat.state})"
+        return found is Liveness.RUNNING, f"pid {self.pid} {found.value}"
 
     @property
     def app_dir(self) -> Path:
@@ -101,14 +86,12 @@ class AppProcessIdentity:
 
     def intended_stop(self) -> IntendedStop | None:
         """The record saying this launch was stopped on purpose, if there is one."""
-        return intended_stop_of(self.app_dir, self.pid, self.start_ticks)
+        return intended_stop_of(self.app_dir, self.pid, self.process.start_ticks)
 
     def group_may_be_signalled(self) -> bool:
-        """The process group may be signalled: its leader is ours or gone. A pid is never
-        reused while a process group of that id has members, so a gone leader's group is
-        still ours; a leader pid that now belongs to another process is not."""
-        stat = proc_stat(self.pid)
-        return self.local and (stat is None or stat.start_ticks == self.start_ticks)
+        """The process group may be signalled: launched here, its leader ours or gone (see
+        :meth:`~statekeeper.process_identity.ProcessIdentity.group_may_be_signalled`)."""
+        return self.local and self.process.group_may_be_signalled()
 
 
 def _reap(pid: int) -> None:
@@ -183,7 +166,8 @@ def stop_app(
                 f"process group {identity.pid}"
             )
         pid, name = driver_pid, f"the Python driver (pid {driver_pid})"
-    record_intended_stop(identity.app_dir, identity.pid, identity.start_ticks, by=by, then=then)
+    start = identity.process.start_ticks
+    record_intended_stop(identity.app_dir, identity.pid, start, by=by, then=then)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     if wait_group_gone(identity, timeout_s):
