@@ -75,10 +75,7 @@ from typing import Any
 
 import yaml
 from confluent_kafka import Producer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_apps (AppProcess)
-
-from frozen_host import (  # noqa: E402  (this script's folder is on sys.path)
+from frozen_host import (  # this script's folder is on sys.path
     LostExecutorWatch,
     ZombieWatch,
     executor_network_conf,
@@ -87,13 +84,13 @@ from frozen_host import (  # noqa: E402  (this script's folder is on sys.path)
     wait_busy,
 )
 
-from spark_apps.app_process import AppProcess  # noqa: E402
-from statekeeper.cluster.local_cluster import ClusterConfig, LocalSparkCluster  # noqa: E402
-from statekeeper.kafka.adapter import consumer_config, producer_config  # noqa: E402
-from statekeeper.kafka.admin import ensure_topic, make_admin  # noqa: E402
-from statekeeper.kafka.embedded import EmbeddedBroker  # noqa: E402
-from statekeeper.kafka.offsets import log_end_offsets  # noqa: E402
-from statekeeper.query.client import QueryClient  # noqa: E402
+from statekeeper.cluster.local_cluster import ClusterConfig, LocalSparkCluster
+from statekeeper.kafka.adapter import consumer_config, producer_config
+from statekeeper.kafka.admin import ensure_topic, make_admin
+from statekeeper.kafka.embedded import EmbeddedBroker
+from statekeeper.kafka.offsets import log_end_offsets
+from statekeeper.query.client import QueryClient
+from statekeeper.testing.app_process import AppProcess
 
 TOPOLOGY = Path(__file__).resolve().parent / "failover_topology.py"
 STORE = "key-counts"

@@ -22,10 +22,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from spark_apps.app_process import AppProcess, spark_app_spec
 from statekeeper.app.spec import load_app_spec
 from statekeeper.generate.command import positive_float, positive_int
 from statekeeper.kafka.embedded import EmbeddedBroker
+from statekeeper.testing.app_process import AppProcess, spark_app_spec
 
 console = Console(width=max(Console().width, 110))
 PARTITIONS = 4
@@ -162,8 +162,9 @@ def _recover_state(
 
 
 def _spark_recompute(bootstrap: str, topic: str) -> Any:
-    from spark_apps.patient_monitoring import reference_spark
     from statekeeper.spark.session_env import batch_session
+
+    from . import reference_spark
 
     spark, made_here = batch_session("local[2]", "statekeeper-demo-recompute")
     try:
@@ -190,13 +191,14 @@ def _compare(name: str, got: Any, want: Any, problems: list[str]) -> None:
 
 def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
     """Run the demo; 0 if every store and output equals the recomputation, else 1."""
-    from spark_apps.patient_monitoring import reference
-    from spark_apps.patient_monitoring.generator import patient_events
     from statekeeper.app.store_reader import read_store
     from statekeeper.generate.producer import produce
     from statekeeper.kafka.topic_reader import read_topic
     from statekeeper.processing.dlq import dlq_topic
     from statekeeper.processing.output_reader import read_deduped, source_positions
+
+    from . import reference
+    from .generator import patient_events
 
     work = Path("var/demo").resolve()
     shutil.rmtree(work, ignore_errors=True)
@@ -287,7 +289,7 @@ def run(patients: int = 40, minutes: float = 30.0, seed: int = 7) -> int:
             problems.append("the Spark and pure-Python recomputations disagree")
 
         console.rule("operating it from Airflow: the snapshot, drill and audit DAGs, once each")
-        from spark_apps.patient_monitoring.demo_dags import run_dags
+        from .demo_dags import run_dags
 
         problems += run_dags(spec_path, overrides, say=console.print)
     for problem in problems:

@@ -31,12 +31,14 @@ DEMO_DAGS = (
 
 
 def write_demo_spec(spec_path: Path, overrides: dict[str, Any], folder: Path) -> Path:
-    """``folder/<app>/<spec>.toml``: the app's spec with an absolute topology path and the
-    demo's settings overrides merged into its settings."""
+    """``folder/<app>/<spec>.toml``: the app's spec with absolute paths of the files it names
+    (topology, generator, drill model) and the demo's settings overrides merged into its
+    settings."""
     spec = tomllib.loads(spec_path.read_text())
-    module, _, func = spec["topology"].rpartition(":")
-    if module.endswith(".py"):
-        spec["topology"] = f"{(spec_path.parent / module).resolve()}:{func}"
+    for field in ("topology", "generator", "drill_model"):
+        module, _, func = str(spec.get(field, "")).rpartition(":")
+        if module.endswith(".py"):
+            spec[field] = f"{(spec_path.parent / module).resolve()}:{func}"
     spec["settings"] = {**spec.get("settings", {}), **overrides}
     target = folder / spec_path.parent.name / spec_path.name
     target.parent.mkdir(parents=True, exist_ok=True)

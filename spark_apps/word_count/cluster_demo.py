@@ -29,8 +29,12 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from spark_apps.app_process import AppProcess, spark_app_spec
-from spark_apps.cluster_watch import (
+from statekeeper.app.spec import AppSpec, load_app_spec
+from statekeeper.errors import StatekeeperError
+from statekeeper.generate.command import positive_int
+from statekeeper.kafka.embedded import EmbeddedBroker
+from statekeeper.testing.app_process import AppProcess, spark_app_spec
+from statekeeper.testing.cluster_watch import (
     QueryLoop,
     drained_as_last_seen,
     placement,
@@ -40,10 +44,6 @@ from spark_apps.cluster_watch import (
     wait_drained,
     worker_of,
 )
-from statekeeper.app.spec import AppSpec, load_app_spec
-from statekeeper.errors import StatekeeperError
-from statekeeper.generate.command import positive_int
-from statekeeper.kafka.embedded import EmbeddedBroker
 
 console = Console(width=max(Console().width, 110))
 PARTITIONS = 2
@@ -128,7 +128,7 @@ class _Scene:
     """The demo's steps over one broker, one cluster and one app process."""
 
     def __init__(self, bootstrap: str, cluster: Any, work: Path, lines: int, seed: int) -> None:
-        from spark_apps.word_count.generator import word_count_lines
+        from .generator import word_count_lines
 
         self.bootstrap = bootstrap
         self.cluster = cluster
@@ -167,8 +167,9 @@ class _Scene:
         produce(self.bootstrap, self.topic, records, partitions=PARTITIONS)
 
     def expected(self) -> dict[str, int]:
-        from spark_apps.word_count import reference
         from statekeeper.kafka.topic_reader import read_topic
+
+        from . import reference
 
         return reference.recompute(read_topic(self.bootstrap, self.topic)).counts
 

@@ -31,7 +31,6 @@ from typing import Any
 import pytest
 import yaml
 
-from spark_apps.app_process import spark_app_spec
 from spark_apps.word_count import reference as wc_ref
 from spark_apps.word_count.generator import word_count_lines
 from statekeeper.airflow.supervision.policy import batches_of, pending_records
@@ -40,6 +39,7 @@ from statekeeper.app.spec import load_app_spec
 from statekeeper.app.store_reader import read_store
 from statekeeper.generate.producer import produce
 from statekeeper.kafka.topic_reader import read_topic
+from statekeeper.testing.app_process import spark_app_spec
 
 PARTITIONS = 4
 SPARK_CONN = {

@@ -31,7 +31,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from spark_apps.cluster_watch import (
+from spark_apps.word_count.generator import word_count_lines
+from statekeeper.changelog.records import changelog_topic
+from statekeeper.cluster.local_cluster import ClusterConfig, LocalSparkCluster
+from statekeeper.generate.producer import produce
+from statekeeper.kafka.embedded import EmbeddedBroker
+from statekeeper.spark.session_env import CLUSTER_FAILOVER_CONF
+from statekeeper.testing.cluster_watch import (
     executor_lost_lines,
     executors_of_worker,
     follow_after_thaw,
@@ -40,12 +46,6 @@ from spark_apps.cluster_watch import (
     stateful_prefixes,
     wait_python_busy,
 )
-from spark_apps.word_count.generator import word_count_lines
-from statekeeper.changelog.records import changelog_topic
-from statekeeper.cluster.local_cluster import ClusterConfig, LocalSparkCluster
-from statekeeper.generate.producer import produce
-from statekeeper.kafka.embedded import EmbeddedBroker
-from statekeeper.spark.session_env import CLUSTER_FAILOVER_CONF
 from tests.cluster.test_host_freeze import (
     _batches,
     _executors,

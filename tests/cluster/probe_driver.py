@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spark_apps.app_process import spark_app_spec
 from statekeeper.app.spec import load_app_spec
 from statekeeper.app.statekeeper_app import StatekeeperApp
 from statekeeper.app.topics import TopicPlan
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.testing.app_process import spark_app_spec
 
 
 def who_am_i(_partition: Any) -> Any:

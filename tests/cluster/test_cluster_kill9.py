@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from spark_apps.cluster_watch import executors_of_worker, wait_drained
 from spark_apps.patient_monitoring import reference as pm_ref
 from spark_apps.patient_monitoring.generator import patient_events
 from spark_apps.word_count import reference as wc_ref
@@ -32,6 +31,7 @@ from statekeeper.app.store_reader import read_store
 from statekeeper.generate.producer import produce
 from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.state.environment import StateEnvironment
+from statekeeper.testing.cluster_watch import executors_of_worker, wait_drained
 from tests.e2e.harness import AppUnderTest
 
 KILLS = int(os.environ.get("STATEKEEPER_CLUSTER_KILLS", "2"))

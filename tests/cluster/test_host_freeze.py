@@ -58,17 +58,6 @@ from typing import Any
 import pytest
 import yaml
 
-from spark_apps.cluster_watch import (
-    active_on,
-    executor_lost_lines,
-    executors_of_worker,
-    follow_after_thaw,
-    moved_off,
-    python_workers,
-    stateful_prefixes,
-    wait_drained,
-    wait_python_busy,
-)
 from spark_apps.patient_monitoring import reference as pm_ref
 from spark_apps.patient_monitoring.generator import patient_events
 from spark_apps.word_count import reference as wc_ref
@@ -84,6 +73,17 @@ from statekeeper.processing.output_reader import source_positions as sources_of
 from statekeeper.spark.session_env import CLUSTER_FAILOVER_CONF
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores.typed import WindowStore
+from statekeeper.testing.cluster_watch import (
+    active_on,
+    executor_lost_lines,
+    executors_of_worker,
+    follow_after_thaw,
+    moved_off,
+    python_workers,
+    stateful_prefixes,
+    wait_drained,
+    wait_python_busy,
+)
 from tests.e2e.harness import AppUnderTest
 
 FREEZES = int(os.environ.get("STATEKEEPER_CLUSTER_FREEZES", "1"))

@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from spark_apps.cluster_watch import (
+from spark_apps.word_count import reference as wc_ref
+from spark_apps.word_count.generator import word_count_lines
+from statekeeper.app.store_reader import read_store
+from statekeeper.generate.producer import produce
+from statekeeper.kafka.topic_reader import read_topic
+from statekeeper.query.client import QueryClient
+from statekeeper.testing.cluster_watch import (
     QueryLoop,
     drained_as_last_seen,
     placement,
@@ -31,12 +37,6 @@ from spark_apps.cluster_watch import (
     wait_drained,
     worker_of,
 )
-from spark_apps.word_count import reference as wc_ref
-from spark_apps.word_count.generator import word_count_lines
-from statekeeper.app.store_reader import read_store
-from statekeeper.generate.producer import produce
-from statekeeper.kafka.topic_reader import read_topic
-from statekeeper.query.client import QueryClient
 from tests.e2e.harness import AppUnderTest
 
 PARTITIONS = 2

@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from spark_apps.app_process import AppProcess, spark_app_spec
 from statekeeper.app.spec import AppSpec, load_app_spec
 from statekeeper.errors import StatekeeperError
+from statekeeper.testing.app_process import AppProcess, spark_app_spec
 
 STARTED = ("RESTORING", "RUNNING")
 

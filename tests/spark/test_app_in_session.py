@@ -9,7 +9,6 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from spark_apps.app_process import spark_app_spec
 from spark_apps.word_count.reference import recompute
 from statekeeper.app.spec import load_app_spec
 from statekeeper.app.statekeeper_app import StatekeeperApp
@@ -19,6 +18,7 @@ from statekeeper.kafka.admin import ensure_topic, make_admin
 from statekeeper.kafka.embedded import EmbeddedBroker
 from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.testing.app_process import spark_app_spec
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from spark_apps.app_process import spark_app_spec
 from spark_apps.word_count.reference import recompute
 from statekeeper import cli
 from statekeeper.app.spec import load_app_spec
@@ -24,6 +23,7 @@ from statekeeper.kafka.embedded import EmbeddedBroker
 from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
+from statekeeper.testing.app_process import spark_app_spec
 
 APP = "dmg-app"
 VOCABULARY = 200

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from spark_apps.app_process import spark_app_spec
 from spark_apps.word_count.reference import recompute
 from statekeeper import cli
 from statekeeper.app.spec import load_app_spec
@@ -30,6 +29,7 @@ from statekeeper.kafka.offsets import LogEndReader
 from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
+from statekeeper.testing.app_process import spark_app_spec
 
 VOCABULARY = 400  # first run: ~200 distinct words per counting task
 TAIL_WORDS = 10  # the tail after the snapshot touches at most these

@@ -24,7 +24,6 @@ from typing import Any
 import pyspark
 import pytest
 
-from spark_apps.app_process import SPARK_APPS
 from spark_apps.word_count import reference
 from spark_apps.word_count.generator import word_count_lines
 from statekeeper.app.statekeeper_app import StatekeeperApp
@@ -36,6 +35,7 @@ from statekeeper.spark.jvm_shutdown import (
     jvm_is_parent,
     register_stop_hook,
 )
+from statekeeper.testing.app_process import SPARK_APPS
 from tests.e2e.harness import AppUnderTest
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from pyspark import cloudpickle
 
-from spark_apps.app_process import spark_app_spec
 from statekeeper.app.spec import AppSpec, load_app_spec
 from statekeeper.errors import ConfigError
+from statekeeper.testing.app_process import spark_app_spec
 
 TOPOLOGY_FILE = """
 FACTOR = 3

@@ -1,8 +1,8 @@
 """An app run as a child process: start it, watch its status file, kill -9 it.
 
-Used by the demo (``make demo``) and the end-to-end fault tests. The child gets its own process
-group, so ``kill9`` takes down the Spark JVM and every Python worker at once — what a
-machine failure looks like.
+Used by the demos (``make demo``), the end-to-end fault tests and the benchmarks. The child
+gets its own process group, so ``kill9`` takes down the Spark JVM and every Python worker at
+once — what a machine failure looks like.
 """
 
 from __future__ import annotations
@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.app.child_process import child_env
+from statekeeper.app.spec import DEFAULT_SPECS_DIR
 from statekeeper.errors import StatekeeperError
 
-SPARK_APPS = Path(__file__).resolve().parent
+#: The repository's shipped apps (``spark_apps/``, beside ``include/``: a checkout or an
+#: editable install).
+SPARK_APPS = DEFAULT_SPECS_DIR
 
 
 def spark_app_spec(name: str) -> Path:
-    """The spec shipped in ``spark_apps/<name>/``."""
+    """The spec shipped in ``spark_apps/<name>/`` of the repository."""
     folder = SPARK_APPS / name
     specs = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.toml"))
     if not specs:

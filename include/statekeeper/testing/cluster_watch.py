@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spark_apps.app_process import AppProcess
 from statekeeper.errors import StatekeeperError
+from statekeeper.testing.app_process import AppProcess
 
 
 def placement(status: dict[str, Any]) -> dict[str, Any]:
