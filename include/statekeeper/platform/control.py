@@ -488,9 +488,3 @@ def down(
     left_after = processes_of(config.root)
     return {"stopped": stopped, "swept": left, "left": left_after, "root": str(config.root)}
 
-
-def sweep_pids(pids: list[int], timeout_s: float) -> list[int]:
-    """SIGTERM ``pids``, wait, SIGKILL the rest; returns the killed ones."""
-    from statekeeper.platform.processes import _stop_pids
-
-    return _stop_pids(pids, timeout_s)
