@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_apps.patient_monitoring import reference, reference_spark
-from spark_apps.patient_monitoring.topology import HEART_RATE_STORE, PULSE_STORE
 from statekeeper.kafka.model import KafkaRecord
 from statekeeper.ops.drill.spark_check import SparkStoreModel
 from statekeeper.recompute.spark_frames import records_to_dataframe
+
+from . import reference, reference_spark
+from .topology import HEART_RATE_STORE, PULSE_STORE
 
 
 def spark_models(params: dict[str, Any]) -> list[SparkStoreModel]:

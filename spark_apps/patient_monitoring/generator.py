@@ -13,7 +13,8 @@ rule of the app (:data:`MALFORMED_KINDS`).
 
     python -m spark_apps.patient_monitoring.generator --bootstrap 127.0.0.1:9092 --patients 50
 
-(or ``statekeeper generate patient-monitoring ...`` from the repository root).
+(or ``statekeeper generate --app patient-monitoring ...``: the spec's ``generator:`` names
+:func:`main`).
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ def _malformed(rng: random.Random, kind: str, pid: str, ts: int) -> GeneratedRec
 def main(argv: Sequence[str] | None = None) -> int:
     """Produce patient_monitoring events to Kafka; the exit code."""
     parser = command.generator_parser(
-        "statekeeper generate patient-monitoring",
+        "statekeeper generate --app patient-monitoring",
         "pulses, temperatures and checkouts for patient_monitoring, with late and malformed "
         "records",
         topic=DEFAULT_TOPIC,

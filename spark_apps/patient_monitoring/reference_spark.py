@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_apps.patient_monitoring import reference
 from statekeeper.recompute.spark_frames import value_text
+
+from . import reference
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_apps.word_count import reference_spark
 from statekeeper.kafka.model import KafkaRecord
 from statekeeper.ops.drill.spark_check import SparkStoreModel
 from statekeeper.recompute.spark_frames import records_to_dataframe
+
+from . import reference_spark
 
 
 def spark_models(params: dict[str, Any]) -> list[SparkStoreModel]:

@@ -2,7 +2,8 @@
 
     python -m spark_apps.word_count.generator --bootstrap 127.0.0.1:9092 --count 100000
 
-(or ``statekeeper generate word-count ...`` from the repository root).
+(or ``statekeeper generate --app word-count ...``: the spec's ``generator:`` names
+:func:`main`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 
-from spark_apps.word_count.vocabulary import sentence
 from statekeeper.generate import command
 from statekeeper.generate.records import GeneratedRecord, check_share
+
+from .vocabulary import sentence
 
 DEFAULT_TOPIC = "lines"
 INTERVAL_MS = 10
@@ -87,7 +89,7 @@ def _is_utf8(data: bytes) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Produce word_count lines to Kafka; the exit code."""
     parser = command.generator_parser(
-        "statekeeper generate word-count",
+        "statekeeper generate --app word-count",
         "text lines for word_count: Zipf-distributed words, keys null or a source id",
         topic=DEFAULT_TOPIC,
         malformed=0.01,

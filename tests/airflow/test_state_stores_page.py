@@ -32,12 +32,12 @@ from typing import Any
 import pytest
 import yaml
 
-from spark_apps.app_process import AppProcess, spark_app_spec
 from statekeeper.app.spec import load_app_spec
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.embedded import free_port
 from statekeeper.ops.snapshot_app import snapshot_running_app
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
+from statekeeper.testing.app_process import AppProcess, spark_app_spec
 from tests.api_server_http import get, stop_group, token, wait_healthy
 
 from .conftest import DAGS, REPO
@@ -128,7 +128,7 @@ def _screenshot_path() -> Path:
 def _generate(broker: Any, topic: str, count: int) -> None:
     """``count`` word_count lines into ``topic`` (2 partitions), as a user would."""
     subprocess.run(
-        [sys.executable, "-m", "statekeeper.cli", "generate", "word-count", "--bootstrap",
+        [sys.executable, "-m", "statekeeper.cli", "generate", "--app", "word-count", "--bootstrap",
          broker.bootstrap_servers, "--topic", topic, "--partitions", "2",
          "--count", str(count), "--no-progress"],
         check=True, capture_output=True, timeout=120,

@@ -195,7 +195,7 @@ def test_healthy_drill_passes_and_writes_everything(admin, broker, tmp_path, cap
     assert main(["drill", "--app", app.app_id]) == 2
     assert "drill needs the app spec" in capsys.readouterr().err
     assert main(["drill", "--app", str(app.spec), "--spark"]) == 2
-    assert "not a shipped app" in capsys.readouterr().err
+    assert "names no drill_model: in its spec" in capsys.readouterr().err
 
 
 def test_drill_never_changes_a_running_app(admin, broker, tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""`statekeeper generate ...` against the real (embedded) broker, read back with read_topic."""
+"""`statekeeper generate --app ...` (the generator the app's spec names) against the real
+(embedded) broker, read back with read_topic."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from spark_apps.word_count.reference import recompute as recompute_word_count
 from statekeeper.cli import EXIT_ERROR, EXIT_OK, main
 from statekeeper.generate import partition_for_key, place_records
 from statekeeper.recompute import read_topic
+from statekeeper.testing.app_process import spark_app_spec
 
 START = 1_700_000_000_000
 
@@ -40,6 +42,7 @@ def test_generate_word_count_produces_the_promised_records(
     bootstrap = broker.bootstrap_servers
     summary = _run(
         capsys,
+        "--app",
         "word-count",
         "--bootstrap",
         bootstrap,
@@ -83,6 +86,7 @@ def test_generate_patient_monitoring_produces_the_promised_records(
     bootstrap = broker.bootstrap_servers
     summary = _run(
         capsys,
+        "--app",
         "patient-monitoring",
         "--bootstrap",
         bootstrap,
@@ -120,24 +124,26 @@ def test_generate_refuses_a_topic_with_other_partitions(
     broker: Any, topic_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bootstrap = broker.bootstrap_servers
-    _run(capsys, "word-count", "--bootstrap", bootstrap, "--topic", topic_name, "--count", "10")
+    _run(capsys, "--app", "word-count", "--bootstrap", bootstrap, "--topic", topic_name,
+         "--count", "10")  # fmt: skip
     code = main(
-        ["generate", "word-count", "--bootstrap", bootstrap, "--topic", topic_name,
+        ["generate", "--app", "word-count", "--bootstrap", bootstrap, "--topic", topic_name,
          "--count", "10", "--partitions", "2"]
     )  # fmt: skip
     assert code == EXIT_ERROR
     assert "exists with 4 partitions" in capsys.readouterr().err
     # a second run into the same topic appends
     again = _run(
-        capsys, "word-count", "--bootstrap", bootstrap, "--topic", topic_name, "--count", "10"
-    )
+        capsys, "--app", "word-count", "--bootstrap", bootstrap, "--topic", topic_name,
+        "--count", "10",
+    )  # fmt: skip
     assert again["topic_created"] is False
     assert sum(len(v) for v in read_topic(bootstrap, topic_name).values()) == 20
 
 
 def test_generate_console_script_prints_a_summary(broker: Any, topic_name: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "statekeeper.cli", "generate", "patient-monitoring",
+        [sys.executable, "-m", "statekeeper.cli", "generate", "--app", "patient-monitoring",
          "--bootstrap", broker.bootstrap_servers, "--topic", topic_name,
          "--patients", "2", "--minutes", "1"],
         capture_output=True, text=True, timeout=120, check=False,
@@ -145,6 +151,34 @@ def test_generate_console_script_prints_a_summary(broker: Any, topic_name: str) 
     assert done.returncode == 0, done.stderr
     assert f"to {topic_name!r}" in done.stdout
     assert "reproduce with --seed 1 --start-ms" in done.stdout
+
+
+def test_generate_with_the_spec_file_runs_its_generator(
+    broker: Any,
+    topic_name: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--app <word_count spec>`: the generator its `generator:` names, found from the spec
+    (any working directory, sys.path untouched); the bootstrap servers come from the app's
+    settings when --bootstrap is not given."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STATEKEEPER_BOOTSTRAP_SERVERS", broker.bootstrap_servers)
+    path_before = list(sys.path)
+    spec = str(spark_app_spec("word_count"))
+    summary = _run(
+        capsys, "--app", spec, "--topic", topic_name, "--count", "500", "--seed", "3",
+        "--start-ms", str(START), "--no-progress",
+    )  # fmt: skip
+    assert sys.path == path_before
+    assert summary["generator"] == "word-count" and summary["records"] == 500
+    read = read_topic(broker.bootstrap_servers, topic_name)
+    assert sum(len(v) for v in read.values()) == 500
+    expected = place_records(
+        word_count_lines(500, seed=3, start_ms=START, interval_ms=10), topic_name, 4
+    )
+    _same_records(read, expected)
 
 
 def test_read_topic_of_a_missing_topic_is_a_clear_error(broker: Any, topic_name: str) -> None:

@@ -24,6 +24,7 @@ from statekeeper.processing.output_producer import OutputProducer
 from statekeeper.processing.stream_task import StreamTask
 from statekeeper.settings import load_settings
 from statekeeper.state.environment import StateEnvironment
+from statekeeper.testing.app_process import SPARK_APPS
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
 TIMEOUT = 20.0
@@ -74,6 +75,7 @@ def _run_word_count(admin, broker, tmp_path):
     spec = tmp_path / "wc.yaml"
     spec.write_text(
         f"application_id: {app_id}\ntopology: spark_apps.word_count.topology:build_topology\n"
+        f"drill_model: {SPARK_APPS / 'word_count' / 'drill_model.py'}:spark_models\n"
         f"params: {json.dumps(params)}\n"
         f"settings: {{bootstrap_servers: '{broker.bootstrap_servers}', "
         f"state_dir: '{tmp_path / 'state'}'}}\n"
@@ -162,6 +164,7 @@ def test_drill_spark_matches_patient_monitoring(admin, broker, spark, tmp_path, 
     spec.write_text(
         f"application_id: {app_id}\n"
         "topology: spark_apps.patient_monitoring.topology:build_topology\n"
+        f"drill_model: {SPARK_APPS / 'patient_monitoring' / 'drill_model.py'}:spark_models\n"
         f"params: {json.dumps(params)}\n"
         f"settings: {{bootstrap_servers: '{broker.bootstrap_servers}', "
         f"state_dir: '{tmp_path / 'state'}'}}\n"

@@ -79,6 +79,9 @@ def apps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _write(tmp_path / "syntax" / "syntax.yaml", "application_id: syn\ntopology: topo.py:build\n")
     _write(tmp_path / "none" / "topo.py", "def build():\n    topology = object()\n")
     _write(tmp_path / "none" / "none.yaml", "application_id: none\ntopology: topo.py:build\n")
+    _write(tmp_path / "nofile" / "nofile.yaml", f"{good}generator: gone.py:main\n")
+    _write(tmp_path / "nofunc" / "gen.py", "def produce(argv):\n    return 0\n")
+    _write(tmp_path / "nofunc" / "nofunc.yaml", f"{good}drill_model: gen.py:spark_models\n")
     _write(tmp_path / "status.json", "")
     return tmp_path
 
@@ -149,6 +152,32 @@ CASES = [
     ),
     Case("unknown-option", ["snapshot", "list", "--app", WC, "--nope"], ["--nope"]),
     Case("set-without-value", ["spec", "check", "--app", WC, "--set", "novalue"], ["NAME=VALUE"]),
+    # The app's generator and drill model, named by its spec.
+    Case(
+        "generate-without-app",
+        ["generate", "--count", "1"],
+        ["generate: the following arguments are required: --app"],
+    ),
+    Case(
+        "generate-spec-names-no-generator",
+        ["generate", "--app", WC, "--count", "1"],
+        ["app 'wc' names no generator: in its spec", "wc.yaml"],
+    ),
+    Case(
+        "drill-spark-spec-names-no-drill-model",
+        ["drill", "--app", "wc", "--spark"],
+        ["--spark: app 'wc' names no drill_model: in its spec", "wc.yaml"],
+    ),
+    Case(
+        "generator-file-missing",
+        ["generate", "--app", "nofile/nofile.yaml"],
+        ["generator: no file", "nofile/gone.py", "nofile.yaml:9"],
+    ),
+    Case(
+        "drill-model-function-missing",
+        ["drill", "--app", "nofunc/nofunc.yaml", "--spark"],
+        ["drill_model:", "nofunc/gen.py defines no function 'spark_models'", "nofunc.yaml:9"],
+    ),
     # The topology file.
     Case(
         "topology-syntax-error",
@@ -332,6 +361,7 @@ def test_old_option_names_still_parse() -> None:
         ["restore"],
         ["drill"],
         ["spec", "check"],
+        ["generate"],
     ):
         args = parser.parse_args([*command, "--app", "a", "--set", "x=1", "--bootstrap", "h:1"])
         assert (args.app, args.set, args.bootstrap) == ("a", ["x=1"], "h:1"), command
@@ -344,6 +374,7 @@ def test_spec_schema_validates_every_shipped_spec(capsys) -> None:
     schema = json.loads(capsys.readouterr().out)
     assert schema == spec_json_schema()
     assert {"application_id", "topology", "supervision", "spark"} <= set(schema["properties"])
+    assert {"generator", "drill_model"} <= set(schema["properties"])
     assert schema["properties"]["supervision"]["additionalProperties"] is False
     assert "stall_timeout_s" in schema["properties"]["supervision"]["properties"]
     shipped = sorted(p for p in (REPO / "spark_apps").glob("*/*") if p.suffix in (".yaml", ".toml"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spark_apps.app_process import spark_app_spec
 from spark_apps.patient_monitoring.demo_dags import DAGS, DEMO_DAGS, write_demo_spec
 from statekeeper.app.spec import load_app_spec
+from statekeeper.testing.app_process import spark_app_spec
 
 
 def test_demo_spec_is_the_app_with_the_demo_settings(tmp_path):
@@ -22,6 +22,7 @@ def test_demo_spec_is_the_app_with_the_demo_settings(tmp_path):
     spec, source = load_app_spec(written), load_app_spec(original)
     assert (spec.application_id, spec.params) == (source.application_id, source.params)
     assert Path(spec.topology.rpartition(":")[0]).is_absolute()
+    assert (spec.generator, spec.drill_model) == (source.generator, source.drill_model)
     settings = spec.resolved_settings()
     assert settings.bootstrap_servers == "127.0.0.1:12345"
     assert settings.state_dir == tmp_path / 'odd "dir"' / "state"

@@ -9,6 +9,9 @@ settings: {max_records_per_batch: 100000}  # StatekeeperSettings fields
 spark: {conf: {spark.sql.shuffle.partitions: "4"}}
 enabled: true                              # false: the statekeeper_apps DAG keeps it stopped
 supervision: {stall_timeout_s: 300}        # its health thresholds (SupervisionConfig fields)
+generator: generator.py:main               # optional: main(argv) -> exit code, for
+                                           # `statekeeper generate --app`
+drill_model: drill_model.py:spark_models   # optional: spark_models(params), for `drill --spark`
 ```
 Precedence: defaults < spec file < ``STATEKEEPER_*`` environment variables < overrides
 (``--set``). The whole spec is validated at load; a problem names the field and the line.
@@ -16,19 +19,25 @@ Precedence: defaults < spec file < ``STATEKEEPER_*`` environment variables < ove
 
 A topology file is imported from its path and registered with Spark's cloudpickle to be
 pickled by value: the executors get its functions without being able to import the file.
+The app's other files (``generator:``, ``drill_model:``) run in the driver or the command
+only: each is imported from its path as a module of its folder, which is registered as a
+package under a name of its own (:func:`import_app_file`), so it imports its siblings with
+relative imports (``from .reference import recompute``) and nothing is added to ``sys.path``.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import re
 import sys
 import tomllib
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
@@ -53,6 +62,11 @@ SPECS_DIR_ENV = "STATEKEEPER_SPECS_DIR"
 #: The repo's shipped apps (for a checkout or an editable install).
 DEFAULT_SPECS_DIR = Path(__file__).resolve().parents[3] / "spark_apps"
 SPEC_SUFFIXES = (".yaml", ".yml", ".toml")
+#: What ``topology:``, ``generator:`` and ``drill_model:`` hold: "file.py:function" (relative
+#: to the spec) or "package.module:function".
+FUNCTION_REF = r"^([A-Za-z_][\w.]*|[^:]+\.py):[A-Za-z_]\w*$"
+#: The spec's fields naming a function of the app besides its topology (optional).
+APP_FUNCTIONS = ("generator", "drill_model")
 
 
 def _spark_value(value: Any) -> Any:
@@ -122,7 +136,7 @@ class AppSpec(BaseModel):
         pattern=r"^[A-Za-z0-9._-]+$", description="The app's id (topic and state names)"
     )
     topology: str = Field(
-        pattern=r"^([A-Za-z_][\w.]*|[^:]+\.py):[A-Za-z_]\w*$",
+        pattern=FUNCTION_REF,
         description='"file.py:function" (relative to the spec) or "package.module:function", '
         "returning the Topology",
     )
@@ -150,6 +164,20 @@ class AppSpec(BaseModel):
     #: Supervision thresholds of this app (SupervisionConfig fields), validated at load.
     supervision: Annotated[dict[str, Any], WithJsonSchema(_supervision_schema())] = Field(
         default_factory=dict
+    )
+    generator: str | None = Field(
+        None,
+        pattern=FUNCTION_REF,
+        description='"file.py:function" (relative to the spec) or "package.module:function": '
+        "the app's input generator, main(argv) -> exit code, which `statekeeper generate "
+        "--app` runs with its options",
+    )
+    drill_model: str | None = Field(
+        None,
+        pattern=FUNCTION_REF,
+        description='"file.py:function" (relative to the spec) or "package.module:function": '
+        "spark_models(params) -> the PySpark recomputations `statekeeper drill --spark` "
+        "compares the restored stores with",
     )
 
     _source: SpecSource | None = PrivateAttr(default=None)
@@ -192,14 +220,18 @@ class AppSpec(BaseModel):
 
         return settings_from(values, source_of)
 
-    def build_topology(self) -> Any:
-        """Import ``module:function`` and call it with ``params``; returns the Topology."""
-        module_name, _, func_name = self.topology.rpartition(":")
-        where = self.where("topology")
-        named = f"topology {self.topology!r}" + (f" ({where})" if where else "")
+    def _named(self, field: str) -> str:
+        """``<field> '<value>' (at file:line)``, for messages."""
+        where = self.where(field)
+        return f"{field} {getattr(self, field)!r}" + (f" ({where})" if where else "")
+
+    def _function(self, field: str, import_file: Callable[[Path], ModuleType]) -> Any:
+        """The function ``field`` names, its file imported with ``import_file``."""
+        module_name, _, func_name = str(getattr(self, field)).rpartition(":")
+        named = self._named(field)
         try:
             if module_name.endswith(".py"):
-                module = _import_topology_file(Path(module_name))
+                module = import_file(Path(module_name))
             else:
                 module = importlib.import_module(module_name)
         except SyntaxError as exc:
@@ -210,9 +242,27 @@ class AppSpec(BaseModel):
             raise ConfigError(f"app spec {named}: cannot import: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - the module's own code failed at import
             raise ConfigError(f"{named}: importing it raised {_raised(exc)}") from exc
-        factory = getattr(module, func_name, None)
-        if not callable(factory):
+        function = getattr(module, func_name, None)
+        if not callable(function):
             raise ConfigError(f"app spec {named}: no function {func_name!r}")
+        return function
+
+    def app_function(self, field: str) -> Any:
+        """The function the spec's ``generator:`` or ``drill_model:`` names, imported (a file:
+        by :func:`import_app_file`, as a module of its folder; sys.path is left alone). A spec
+        that names none raises one ConfigError saying so."""
+        if field not in APP_FUNCTIONS:
+            raise ValueError(f"not one of {APP_FUNCTIONS}: {field!r}")
+        if getattr(self, field) is None:
+            spec = f" ({self.spec_path})" if self.spec_path is not None else ""
+            raise ConfigError(f"app {self.application_id!r} names no {field}: in its spec{spec}")
+        return self._function(field, import_app_file)
+
+    def build_topology(self) -> Any:
+        """Import ``module:function`` and call it with ``params``; returns the Topology."""
+        func_name = self.topology.rpartition(":")[2]
+        named = self._named("topology")
+        factory = self._function("topology", _import_topology_file)
         try:
             built = factory(**self.params)
         except ConfigError:
@@ -271,12 +321,17 @@ def load_app_spec(path: str | Path) -> AppSpec:
         raise ConfigError(f"app spec {path}: expected a mapping at the top level")
     source = SpecSource(path, lines)
     raw["topology"] = _relative_to(path, raw.get("topology"))
+    for field in APP_FUNCTIONS:
+        if field in raw:
+            raw[field] = _relative_to(path, raw[field])
     try:
         spec = AppSpec(**raw)
     except ValidationError as exc:
         raise ConfigError(f"invalid app spec: {_spec_problems(exc, source, raw)}") from exc
     spec._source = source
-    problems = _supervision_problems(spec.supervision, source)
+    problems = _function_file_problems(spec, source) + _supervision_problems(
+        spec.supervision, source
+    )
     try:  # the settings too, so a typo fails before Spark starts
         spec.resolved_settings()
     except ConfigError as exc:
@@ -302,10 +357,61 @@ def _spec_problems(exc: ValidationError, source: SpecSource, raw: Mapping[str, A
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         name = ".".join(loc) or "spec"
-        if err["type"] == "string_pattern_mismatch" and loc == ("topology",):
+        if err["type"] == "string_pattern_mismatch" and loc in (
+            ("topology",),
+            *((field,) for field in APP_FUNCTIONS),
+        ):
             err = {**err, "msg": 'expected "file.py:function" or "package.module:function"'}
         problems.append(describe_error(err, name, source.where(*loc), _known_fields(loc)))
     return "; ".join(problems)
+
+
+def _function_file_problems(spec: AppSpec, source: SpecSource) -> list[str]:
+    """The ``generator:`` and ``drill_model:`` files: each exists, parses and defines its
+    function at the top level (read, not run: their code runs when a command needs it)."""
+    problems = []
+    for field in APP_FUNCTIONS:
+        ref = getattr(spec, field)
+        file, _, func = str(ref).rpartition(":")
+        if ref is None or not file.endswith(".py"):
+            continue
+        where = source.where(field)
+        path = Path(file)
+        try:
+            tree = ast.parse(path.read_text(), filename=str(path))
+        except FileNotFoundError:
+            problems.append(f"{field}: no file {path} {where}")
+            continue
+        except OSError as exc:
+            problems.append(f"{field}: cannot read {path}: {exc.strerror or exc} {where}")
+            continue
+        except SyntaxError as exc:
+            problems.append(f"{field}: syntax error at {path}:{exc.lineno}: {exc.msg} {where}")
+            continue
+        if func not in _top_level_names(tree.body):
+            problems.append(f"{field}: {path} defines no function {func!r} {where}")
+    return problems
+
+
+def _top_level_names(body: list[ast.stmt]) -> set[str]:
+    """The names a module's top level binds: functions, classes, assignments, imports (also
+    under ``if``/``try``/``with``)."""
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            for block in ("body", "orelse", "finalbody"):
+                names |= _top_level_names(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                names |= _top_level_names(handler.body)
+    return names
 
 
 def _supervision_problems(supervision: Mapping[str, Any], source: SpecSource) -> list[str]:
@@ -391,16 +497,22 @@ def spec_files(folder: Path) -> Iterator[Path]:
     yield from sorted(p for p in folder.glob("*/*") if p.suffix in SPEC_SUFFIXES)
 
 
-def peek_application_id(path: Path) -> str | None:
-    """The ``application_id`` a spec file declares, without validating the rest (None when
-    the file cannot be read or parsed)."""
+def peek_field(path: Path, field: str) -> str | None:
+    """The string a spec file gives the top-level ``field``, without validating the rest
+    (None when it gives none, or the file cannot be read or parsed)."""
     try:
         text = path.read_text()
         raw = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError):
         return None
-    value = raw.get("application_id") if isinstance(raw, dict) else None
+    value = raw.get(field) if isinstance(raw, dict) else None
     return value if isinstance(value, str) else None
+
+
+def peek_application_id(path: Path) -> str | None:
+    """The ``application_id`` a spec file declares, without validating the rest (None when
+    the file cannot be read or parsed)."""
+    return peek_field(path, "application_id")
 
 
 def find_spec(app: str, folder: Path | None = None) -> Path | None:
@@ -420,7 +532,8 @@ def find_spec(app: str, folder: Path | None = None) -> Path | None:
 
 
 def _relative_to(spec_path: Path, topology: Any) -> Any:
-    """A ``file.py:function`` topology with its file made absolute, from the spec's folder.
+    """A ``file.py:function`` (topology, generator, drill_model) with its file made absolute,
+    from the spec's folder.
 
     Done at load time, so a spec dumped elsewhere (``model_dump``) still names the file.
     """
@@ -460,3 +573,45 @@ def _import_topology_file(path: Path) -> ModuleType:
         return module
     cloudpickle.register_pickle_by_value(module)
     return module
+
+
+def import_app_file(path: Path) -> ModuleType:
+    """Import an app's file as a module of its folder, without touching ``sys.path``.
+
+    The folder is registered as a package under a name of its own
+    (``statekeeper_app_<folder>_<digest of its path>``; its ``__init__.py`` runs when it has
+    one) and the file is imported as its submodule, so the file imports its siblings with
+    relative imports (``from .reference_spark import frames``). Each file is imported once per
+    process.
+    """
+    path = path.resolve()
+    folder = path.parent
+    if not path.stem.isidentifier():
+        raise ImportError(f"{path}: its name is not a Python module name")
+    digest = hashlib.sha1(str(folder).encode()).hexdigest()[:10]
+    tag = re.sub(r"\W", "_", folder.name)
+    package = f"statekeeper_app_{tag}_{digest}"
+    if package not in sys.modules:
+        init = folder / "__init__.py"
+        if init.is_file():
+            loader_spec = importlib.util.spec_from_file_location(
+                package, init, submodule_search_locations=[str(folder)]
+            )
+        else:
+            loader_spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
+            loader_spec.submodule_search_locations = [str(folder)]
+        if loader_spec is None:
+            raise ImportError(f"cannot import the folder {folder} as a package")
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[package] = module
+        try:
+            if loader_spec.loader is not None:
+                loader_spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[package]
+            raise
+    if path.stem == "__init__":
+        return sys.modules[package]
+    if not path.is_file():
+        raise ImportError(f"no file {path}")
+    return importlib.import_module(f"{package}.{path.stem}")

@@ -32,7 +32,7 @@ def prepare_topics(admin: Any, topology: Any, application_id: str, timeout_s: fl
     if missing:
         raise ConfigError(
             f"source topic(s) {', '.join(sorted(missing))} do not exist; create them (e.g. "
-            "`statekeeper generate ...`) before starting the app"
+            "`statekeeper generate --app ...`) before starting the app"
         )
     width = max(partitions.values(), default=1)
     for topic, count in topology.repartition_partitions(application_id, partitions).items():

@@ -37,9 +37,9 @@ from statekeeper.cli.common import (
     UsageError,
 )
 from statekeeper.cli.drill import add_drill
+from statekeeper.cli.generate import add_generate
 from statekeeper.cli.platform import add_platform
 from statekeeper.cli.restore import add_restore
-from statekeeper.cli.shipped import add_demo, add_generate
 from statekeeper.cli.snapshot import add_snapshot
 from statekeeper.cli.spec import add_spec
 from statekeeper.cli.stores import add_stores
@@ -61,7 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            if not getattr(args, "passes_on", False):
+                parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+            args.options = unknown  # a command that passes them on (generate: to the generator)
     except UsageError as exc:
         return _fail(str(exc), EXIT_ERROR, as_json="--json" in argv)
     handler: Handler | None = getattr(args, "handler", None)
@@ -102,7 +106,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_broker(commands)
     add_app(commands)
     add_generate(commands)
-    add_demo(commands)
     add_audit(commands)
     add_stores(commands)
     add_snapshot(commands)

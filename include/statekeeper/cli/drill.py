@@ -46,42 +46,25 @@ def add_drill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     drill.add_argument(
         "--spark",
         action="store_true",
-        help="also diff with the shipped app's PySpark SQL recomputation (slow: starts Spark)",
+        help="also diff with the PySpark recomputation the spec's drill_model: names (slow: "
+        "starts Spark)",
     )
 
 
 def _spark_drill_models(spec: Any) -> list[Any]:
-    """The ``spark_models(params)`` of a shipped app (``spark_apps/<app>/drill_model.py``,
-    found next to the spec's topology), for ``drill --spark``."""
-    import importlib
-
+    """The PySpark recomputations ``drill --spark`` compares the stores with: what the
+    function the spec's ``drill_model:`` names returns for the spec's params."""
     from statekeeper.errors import ConfigError
 
-    module, _, _ = spec.topology.rpartition(":")
-    root = None
-    if module.endswith(".py"):
-        path = Path(module)
-        root, package = path.parents[2], f"{path.parents[1].name}.{path.parent.name}"
-    else:
-        package = module.rpartition(".")[0]
-    if not package.startswith("spark_apps."):
-        raise ConfigError(
-            f"--spark: {spec.application_id!r} is not a shipped app (spark_apps/<app>); only "
-            "those have a PySpark SQL recomputation"
-        )
-    if root is not None and str(root) not in sys.path:
-        sys.path.insert(0, str(root))  # the app's modules import each other as spark_apps.*
     try:
-        models = importlib.import_module(f"{package}.drill_model")
-    except ImportError as exc:
-        raise ConfigError(
-            f"--spark: {package} has no PySpark recomputation for drills: {exc}"
-        ) from exc
-    found = list(models.spark_models(spec.params))
+        spark_models = spec.app_function("drill_model")
+    except ConfigError as exc:
+        raise ConfigError(f"--spark: {exc}") from exc
+    found = list(spark_models(spec.params))
     if not found:
         raise ConfigError(
-            f"--spark: the recomputation of {package} does not model this app's params "
-            f"{spec.params} (see {package}.drill_model)"
+            f"--spark: the recomputation of {spec.drill_model} does not model this app's "
+            f"params {spec.params}"
         )
     return found
 
@@ -98,6 +81,8 @@ def _cmd_drill(args: argparse.Namespace) -> int:
     from statekeeper.snapshots.install import NONE
 
     settings, spec = snapshot_target(args, need_spec="drill")
+    if args.spark and spec.drill_model is None:  # a usage error, before any drill: one line
+        _spark_drill_models(spec)
 
     def say(line: str) -> None:
         print(f"drill: {line}", file=sys.stderr, flush=True)

@@ -5,7 +5,8 @@
   :func:`place_records` puts records into partitions the same way without a broker;
 - :mod:`statekeeper.generate.command` — the options and output every generator shares.
 
-The shipped apps' generators live beside the apps: ``spark_apps/<app>/generator.py``.
+The shipped apps' generators live beside the apps (``spark_apps/<app>/generator.py``), named
+by their specs (``generator:``) for ``statekeeper generate --app``.
 """
 
 from statekeeper.generate.producer import GenerateSummary, produce, summarize

@@ -1,9 +1,9 @@
 """Input for the shipped apps on a fresh platform broker, so the apps the DAGs launch have
 something to process (an app refuses to start without its source topics).
 
-Each app folder of the specs dir with a spec and a ``generator.py`` is seeded with
-``statekeeper generate <app>`` (its defaults: a deterministic data set ending about now)
-each time ``up`` starts the (in-memory) broker.
+Each shipped app whose spec names a generator (``generator:``) is seeded with
+``statekeeper generate --app <spec>`` (the generator's defaults: a deterministic data set
+ending about now) each time ``up`` starts the (in-memory) broker.
 """
 
 from __future__ import annotations
@@ -13,30 +13,29 @@ import sys
 import threading
 from pathlib import Path
 
+from statekeeper.app.spec import peek_field, spec_files
 from statekeeper.errors import StatekeeperError
 from statekeeper.platform.layout import PlatformConfig
 
-SPEC_SUFFIXES = (".yaml", ".yml", ".toml")
 
-
-def apps_to_seed(config: PlatformConfig) -> list[str]:
-    """Shipped app folders (a spec and a generator.py); none when the specs dir is not the
-    repo's spark_apps/ (the generators live there)."""
+def apps_to_seed(config: PlatformConfig) -> list[Path]:
+    """The specs of the shipped apps that name a generator; none when the specs dir is not
+    the repo's spark_apps/ (only the shipped apps' input is made up)."""
     if config.apps_specs_dir != config.repo / "spark_apps":
         return []
-    folders = sorted(g.parent for g in config.apps_specs_dir.glob("*/generator.py"))
-    return [app.name for app in folders if any(p.suffix in SPEC_SUFFIXES for p in app.iterdir())]
+    return [path for path in spec_files(config.apps_specs_dir) if peek_field(path, "generator")]
 
 
 class Seeding:
-    """The generators of ``apps``, run one after the other in a background thread while
-    Airflow starts (two idempotent producers at once made the embedded broker fail one with
-    a fatal producer error)."""
+    """The generators of the apps of ``specs``, run one after the other in a background
+    thread while Airflow starts (two idempotent producers at once made the embedded broker
+    fail one with a fatal producer error). An app is named by its folder (``word_count``)."""
 
-    def __init__(self, config: PlatformConfig, env: dict[str, str], apps: list[str]) -> None:
+    def __init__(self, config: PlatformConfig, env: dict[str, str], specs: list[Path]) -> None:
         self.config = config
         self.env = env
-        self.apps = apps
+        self.specs = specs
+        self.apps = [spec.parent.name for spec in specs]
         self.done: list[str] = []
         self.failure: str | None = None
         self._thread = threading.Thread(target=self._run, name="seed-inputs", daemon=True)
@@ -44,18 +43,16 @@ class Seeding:
 
     def _run(self) -> None:
         statekeeper = str(Path(sys.executable).with_name("statekeeper"))
-        for app in self.apps:
+        for app, spec in zip(self.apps, self.specs, strict=True):
             log = self.config.log_file(f"seed-{app}")
             with open(log, "ab") as out:
                 code = subprocess.run(
-                    [statekeeper, "generate", app, "--bootstrap", self.config.bootstrap_servers]
-                    + ["--no-progress", "--json"],
+                    [statekeeper, "generate", "--app", str(spec)]
+                    + ["--bootstrap", self.config.bootstrap_servers, "--no-progress", "--json"],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env=self.env,
-                    # `statekeeper generate` imports the generator from ./spark_apps.
-                    cwd=self.config.apps_specs_dir.parent,
                     timeout=120,
                     check=False,
                 ).returncode

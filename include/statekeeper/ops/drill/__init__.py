@@ -12,8 +12,8 @@ b. consistency (:mod:`.consistency`): key by key against the live store at the l
 c. truth (:mod:`.recompute`): the app's own topology re-run in batch over the source
    ranges up to the restored marker's source offsets, diffed with the restored state;
 d. data quality (:mod:`.quality`): a Great Expectations suite per store, with Data Docs;
-and with ``--spark`` (:mod:`.spark_check`) the shipped apps' PySpark SQL recomputations
-(``spark_apps/<app>/drill_model.py``) on the stores they map onto.
+and with ``--spark`` (:mod:`.spark_check`) the PySpark SQL recomputations the spec's
+``drill_model:`` names (``spark_apps/<app>/drill_model.py``) on the stores they map onto.
 
 A failed check names up to 20 keys with their restored, recomputed (or expected) and live
 values (:mod:`.contents`; the live store is read read-only where this machine has it).

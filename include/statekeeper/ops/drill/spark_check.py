@@ -1,7 +1,8 @@
-"""Optional check (``drill --spark``): a shipped app's PySpark SQL recomputation, where one maps
+"""Optional check (``drill --spark``): an app's PySpark SQL recomputation, where one maps
 cleanly onto a store, diffed with the restored store task by task.
 
-A :class:`SparkStoreModel` (``spark_apps/<app>/drill_model.py``) names a store, the external
+A :class:`SparkStoreModel` (what the function the spec's ``drill_model:`` names returns, e.g.
+``spark_apps/<app>/drill_model.py``) names a store, the external
 input topics its recomputation reads, and a function from the records of those inputs (it
 builds its DataFrame with the JVM Kafka source's columns) to the store's expected contents,
 decoded. For each restored
