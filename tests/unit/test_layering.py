@@ -58,12 +58,20 @@ ALLOWED: dict[str, set[str]] = {
     # Leaves: the command line and the public facade (statekeeper/__init__.py) call anything.
     "cli": {"*"},
     "__init__": {"*"},
+    # The harness that tests and demos run apps with (like pyspark.testing); see LEAVES.
+    "testing": {"*"},
     # Shipped apps, their generators and reference models, on their way to spark_apps/.
     "apps": {"*"},
     "demo": {"*"},
     "generate": {"*"},
     "recompute": {"*"},
 }
+# Packages no other part of the library imports, whatever its row allows: the test and demo
+# harness serves the tests, the benchmarks and the apps' demos only.
+LEAVES = ("testing",)
+# Top-level modules the library never imports: the shipped apps are examples built on it
+# (a spec names its files by path; they are loaded without sys.path).
+OUTSIDE = ("spark_apps",)
 # Third-party packages a package must not import (on top of the floors' HEAVY rule).
 FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     **{floor: HEAVY for floor in FLOORS},
@@ -153,7 +161,8 @@ def layer_of(path: Path, root: Path = PACKAGE_ROOT) -> str:
 def layering_violations(
     root: Path = PACKAGE_ROOT, exempt: set[tuple[str, str]] | None = None
 ) -> list[str]:
-    """Every import under ``root`` that breaks ``ALLOWED`` or ``FORBIDDEN_THIRD_PARTY``.
+    """Every import under ``root`` that breaks ``ALLOWED``, ``LEAVES``, ``OUTSIDE`` or
+    ``FORBIDDEN_THIRD_PARTY``.
 
     ``exempt`` entries are skipped while they match an import and reported once they match none.
     """
@@ -170,12 +179,17 @@ def layering_violations(
             top, _, rest = site.imported.partition(".")
             if top == "statekeeper":
                 target = rest.split(".")[0] or "__init__"
+                if target in LEAVES and target != layer:
+                    problems.append(f"{site}: nothing in the library imports statekeeper.{target}")
+                    continue
                 if target == layer or "*" in allowed or target in allowed:
                     continue
                 if (site.file, target) in exempt:
                     unused.discard((site.file, target))
                     continue
                 problems.append(f"{site}: {layer} may not import statekeeper.{target}")
+            elif top in OUTSIDE:
+                problems.append(f"{site}: the library may not import {top}")
             elif top in FORBIDDEN_THIRD_PARTY.get(layer, ()):
                 problems.append(f"{site}: {layer} may not import {top}")
     problems += [f"{file}: stale EXEMPT entry for {target}, delete it" for file, target in unused]
@@ -199,8 +213,15 @@ def test_the_walk_sees_imports_inside_functions_and_relative_ones(tmp_path: Path
         "    import importlib\n"
         "    return importlib.import_module('airflow')\n"
     )
+    (root / "cli").mkdir()
+    (root / "cli" / "harness.py").write_text(
+        "from statekeeper.testing.app_process import AppProcess\n"
+        "from spark_apps.word_count import generator\n"
+    )
     problems = layering_violations(root, exempt={("statekeeper/stores/gone.py", "app")})
     assert [p.split(": ", 1)[1] for p in problems] == [
+        "nothing in the library imports statekeeper.testing",
+        "the library may not import spark_apps",
         "stores may not import pyspark",
         "stores may not import statekeeper.app",
         "stores may not import statekeeper.state",
