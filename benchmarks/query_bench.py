@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from statekeeper.placement.assignment import Assignment, ExecutorEndpoint, TaskPlacement
 from statekeeper.cluster.executor import ExecutorIdentity
+from statekeeper.placement.assignment import Assignment, ExecutorEndpoint, TaskPlacement
 from statekeeper.processing.topology import Subtopology, Topology
 from statekeeper.query.client import QueryClient
 from statekeeper.query.server import QueryServer

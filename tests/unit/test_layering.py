@@ -38,18 +38,20 @@ ALLOWED: dict[str, set[str]] = {
     "state": _BASE | {"kafka", "stores", "changelog"},
     "processing": _FLOORS_BELOW_PROCESSING,
     "spark": _RUNTIME,
-    # Running on a cluster: executor identity and task placement (pure), the local cluster.
+    # Running on a cluster: executor identity, the local cluster.
     "cluster": _BASE | {"procfs", "process_identity"},
+    # Where each task runs (pure decisions, the executor's published copy).
+    "placement": _BASE | {"cluster"},
     # What an executor runs beside its tasks: standby replicas and the query server.
-    "standby": _FLOORS_BELOW_PROCESSING | {"cluster"},
-    "query": _FLOORS_BELOW_PROCESSING | {"processing", "cluster"},
+    "standby": _FLOORS_BELOW_PROCESSING | {"cluster", "placement"},
+    "query": _FLOORS_BELOW_PROCESSING | {"processing", "cluster", "placement"},
     # Snapshots sit beside the runtime: the worker takes and installs them, ops lists them.
     "snapshots": _FLOORS_BELOW_PROCESSING,
-    "worker": _RUNTIME | {"spark", "snapshots", "cluster", "standby", "query"},
-    "app": _RUNTIME | {"spark", "worker", "snapshots", "cluster", "standby"},
-    "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster"},
+    "worker": _RUNTIME | {"spark", "snapshots", "cluster", "placement", "standby", "query"},
+    "app": _RUNTIME | {"spark", "worker", "snapshots", "cluster", "placement", "standby"},
+    "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster", "placement"},
     "airflow": _RUNTIME
-    | {"spark", "worker", "app", "ops", "snapshots", "cluster"}
+    | {"spark", "worker", "app", "ops", "snapshots", "cluster", "placement"}
     | {"procfs", "process_identity"},
     # The embedded platform runs Airflow and the broker as processes; it imports neither
     # (the third-party rule below keeps airflow out). It reads app specs and supervision's
@@ -80,6 +82,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "procfs": HEAVY,
     "process_identity": HEAVY,
     "cluster": HEAVY,
+    "placement": HEAVY,
     "standby": HEAVY,
     "query": HEAVY,
     "platform": HEAVY,
