@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from statekeeper.app.spec import find_spec, load_app_spec, spec_json_schema
+from statekeeper.app.spec import load_app_spec, spec_json_schema
+from statekeeper.app.spec_discovery import find_spec
 from statekeeper.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]

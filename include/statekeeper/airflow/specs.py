@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from statekeeper.app.spec import (
+from statekeeper.app.spec_discovery import (
     DEFAULT_SPECS_DIR,
     SPEC_SUFFIXES,
     SPECS_DIR_ENV,

@@ -17,27 +17,18 @@ Precedence: defaults < spec file < ``STATEKEEPER_*`` environment variables < ove
 (``--set``). The whole spec is validated at load; a problem names the field and the line.
 ``statekeeper spec schema`` prints its JSON Schema.
 
-A topology file is imported from its path and registered with Spark's cloudpickle to be
-pickled by value: the executors get its functions without being able to import the file.
-The app's other files (``generator:``, ``drill_model:``) run in the driver or the command
-only: each is imported from its path as a module of its folder, which is registered as a
-package under a name of its own (:func:`import_app_file`), so it imports its siblings with
-relative imports (``from .reference import recompute``) and nothing is added to ``sys.path``.
+The files the spec names are loaded by :mod:`statekeeper.app.app_files`; specs are found by
+:mod:`statekeeper.app.spec_discovery`; file lines for messages come from
+:mod:`statekeeper.app.spec_lines`.
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import importlib
-import importlib.machinery
-import importlib.util
 import os
-import re
-import sys
 import tomllib
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
@@ -53,15 +44,18 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from statekeeper.app.app_files import (
+    absolute_ref,
+    function_file_problems,
+    import_app_file,
+    import_topology_file,
+)
+from statekeeper.app.spec_discovery import SPEC_SUFFIXES
+from statekeeper.app.spec_lines import SpecSource, toml_lines, yaml_lines
 from statekeeper.app.supervision_config import SupervisionConfig
 from statekeeper.errors import ConfigError
 from statekeeper.settings import SourceOf, StatekeeperSettings, describe_error, settings_from
 
-#: The folder of app specs the DAGs act on and ``--app APP_ID`` looks in.
-SPECS_DIR_ENV = "STATEKEEPER_SPECS_DIR"
-#: The repo's shipped apps (for a checkout or an editable install).
-DEFAULT_SPECS_DIR = Path(__file__).resolve().parents[3] / "spark_apps"
-SPEC_SUFFIXES = (".yaml", ".yml", ".toml")
 #: What ``topology:``, ``generator:`` and ``drill_model:`` hold: "file.py:function" (relative
 #: to the spec) or "package.module:function".
 FUNCTION_REF = r"^([A-Za-z_][\w.]*|[^:]+\.py):[A-Za-z_]\w*$"
@@ -108,23 +102,6 @@ class SparkSpec(BaseModel):
         default_factory=dict,
         description="Spark conf (spark.* keys); numbers and booleans are passed as strings",
     )
-
-
-class SpecSource:
-    """Where an app spec came from: its file and the line of each key (for messages)."""
-
-    def __init__(self, path: Path, lines: dict[tuple[str, ...], int]) -> None:
-        self.path = path
-        self.lines = lines
-
-    def where(self, *key: str) -> str:
-        """``at <file>:<line>`` of ``key`` (or of its nearest enclosing key), else
-        ``in <file>``."""
-        for end in range(len(key), 0, -1):
-            line = self.lines.get(tuple(key[:end]))
-            if line is not None:
-                return f"at {self.path}:{line}"
-        return f"in {self.path}"
 
 
 class AppSpec(BaseModel):
@@ -262,7 +239,7 @@ class AppSpec(BaseModel):
         """Import ``module:function`` and call it with ``params``; returns the Topology."""
         func_name = self.topology.rpartition(":")[2]
         named = self._named("topology")
-        factory = self._function("topology", _import_topology_file)
+        factory = self._function("topology", import_topology_file)
         try:
             built = factory(**self.params)
         except ConfigError:
@@ -308,9 +285,9 @@ def load_app_spec(path: str | Path) -> AppSpec:
         raise ConfigError(f"app spec {path}: use a .yaml, .yml or .toml file")
     try:
         if path.suffix == ".toml":
-            raw, lines = tomllib.loads(text), _toml_lines(text)
+            raw, lines = tomllib.loads(text), toml_lines(text)
         else:
-            raw, lines = yaml.safe_load(text), _yaml_lines(text)
+            raw, lines = yaml.safe_load(text), yaml_lines(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         at = f" at {path}:{mark.line + 1}" if mark is not None else f" in {path}"
@@ -320,16 +297,17 @@ def load_app_spec(path: str | Path) -> AppSpec:
     if not isinstance(raw, dict):
         raise ConfigError(f"app spec {path}: expected a mapping at the top level")
     source = SpecSource(path, lines)
-    raw["topology"] = _relative_to(path, raw.get("topology"))
+    raw["topology"] = absolute_ref(path, raw.get("topology"))
     for field in APP_FUNCTIONS:
         if field in raw:
-            raw[field] = _relative_to(path, raw[field])
+            raw[field] = absolute_ref(path, raw[field])
     try:
         spec = AppSpec(**raw)
     except ValidationError as exc:
         raise ConfigError(f"invalid app spec: {_spec_problems(exc, source, raw)}") from exc
     spec._source = source
-    problems = _function_file_problems(spec, source) + _supervision_problems(
+    refs = {field: getattr(spec, field) for field in APP_FUNCTIONS}
+    problems = function_file_problems(refs, source.where) + _supervision_problems(
         spec.supervision, source
     )
     try:  # the settings too, so a typo fails before Spark starts
@@ -366,54 +344,6 @@ def _spec_problems(exc: ValidationError, source: SpecSource, raw: Mapping[str, A
     return "; ".join(problems)
 
 
-def _function_file_problems(spec: AppSpec, source: SpecSource) -> list[str]:
-    """The ``generator:`` and ``drill_model:`` files: each exists, parses and defines its
-    function at the top level (read, not run: their code runs when a command needs it)."""
-    problems = []
-    for field in APP_FUNCTIONS:
-        ref = getattr(spec, field)
-        file, _, func = str(ref).rpartition(":")
-        if ref is None or not file.endswith(".py"):
-            continue
-        where = source.where(field)
-        path = Path(file)
-        try:
-            tree = ast.parse(path.read_text(), filename=str(path))
-        except FileNotFoundError:
-            problems.append(f"{field}: no file {path} {where}")
-            continue
-        except OSError as exc:
-            problems.append(f"{field}: cannot read {path}: {exc.strerror or exc} {where}")
-            continue
-        except SyntaxError as exc:
-            problems.append(f"{field}: syntax error at {path}:{exc.lineno}: {exc.msg} {where}")
-            continue
-        if func not in _top_level_names(tree.body):
-            problems.append(f"{field}: {path} defines no function {func!r} {where}")
-    return problems
-
-
-def _top_level_names(body: list[ast.stmt]) -> set[str]:
-    """The names a module's top level binds: functions, classes, assignments, imports (also
-    under ``if``/``try``/``with``)."""
-    names: set[str] = set()
-    for node in body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.If | ast.Try | ast.With):
-            for block in ("body", "orelse", "finalbody"):
-                names |= _top_level_names(getattr(node, block, []))
-            for handler in getattr(node, "handlers", []):
-                names |= _top_level_names(handler.body)
-    return names
-
-
 def _supervision_problems(supervision: Mapping[str, Any], source: SpecSource) -> list[str]:
     """The spec's ``supervision:`` thresholds: known fields, valid values, consistent."""
     known = SupervisionConfig.model_fields
@@ -435,183 +365,3 @@ def _supervision_problems(supervision: Mapping[str, Any], source: SpecSource) ->
                 loc = ("supervision", *(str(p) for p in err["loc"]))
                 problems.append(describe_error(err, ".".join(loc), source.where(*loc)))
     return problems
-
-
-def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
-    """The line (1-based) of every mapping key and sequence item of a YAML document."""
-    lines: dict[tuple[str, ...], int] = {}
-
-    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                at = (*path, str(key.value))
-                lines[at] = key.start_mark.line + 1
-                walk(value, at)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                at = (*path, str(i))
-                lines[at] = item.start_mark.line + 1
-                walk(item, at)
-
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    if root is not None:
-        walk(root, ())
-    return lines
-
-
-_TOML_TABLE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_TOML_BARE = r"""(?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+)"""
-_TOML_KEY = re.compile(rf"^\s*({_TOML_BARE}(?:\s*\.\s*{_TOML_BARE})*)\s*=")
-_TOML_PART = re.compile(r""""([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+)""")
-
-
-def _toml_parts(dotted: str) -> tuple[str, ...]:
-    return tuple(next(g for g in m.groups() if g is not None) for m in _TOML_PART.finditer(dotted))
-
-
-def _toml_lines(text: str) -> dict[tuple[str, ...], int]:
-    """The line (1-based) of every table and key of a TOML document (tomllib keeps none):
-    ``[a.b]`` headers and ``key = value`` lines; keys of inline tables and multi-line
-    values map to their enclosing key."""
-    lines: dict[tuple[str, ...], int] = {}
-    table: tuple[str, ...] = ()
-    for number, line in enumerate(text.splitlines(), 1):
-        header = _TOML_TABLE.match(line)
-        if header:
-            table = _toml_parts(header[1])
-            lines.setdefault(table, number)
-            continue
-        key = _TOML_KEY.match(line)
-        if key:
-            lines.setdefault((*table, *_toml_parts(key[1])), number)
-    return lines
-
-
-def specs_dir() -> Path:
-    """The folder of app specs: ``$STATEKEEPER_SPECS_DIR``, else the repo's spark_apps/."""
-    return Path(os.environ.get(SPECS_DIR_ENV) or DEFAULT_SPECS_DIR)
-
-
-def spec_files(folder: Path) -> Iterator[Path]:
-    """The spec files one level below ``folder`` (``<folder>/*/*.yaml|yml|toml``), sorted."""
-    yield from sorted(p for p in folder.glob("*/*") if p.suffix in SPEC_SUFFIXES)
-
-
-def peek_field(path: Path, field: str) -> str | None:
-    """The string a spec file gives the top-level ``field``, without validating the rest
-    (None when it gives none, or the file cannot be read or parsed)."""
-    try:
-        text = path.read_text()
-        raw = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
-    value = raw.get(field) if isinstance(raw, dict) else None
-    return value if isinstance(value, str) else None
-
-
-def peek_application_id(path: Path) -> str | None:
-    """The ``application_id`` a spec file declares, without validating the rest (None when
-    the file cannot be read or parsed)."""
-    return peek_field(path, "application_id")
-
-
-def find_spec(app: str, folder: Path | None = None) -> Path | None:
-    """The spec file of ``app``: a spec path (an existing file, or a name ending in .yaml,
-    .yml or .toml), else the spec in ``folder`` (default :func:`specs_dir`) whose
-    ``application_id`` is ``app``; None when there is none."""
-    candidate = Path(app)
-    if candidate.is_file() or candidate.suffix in SPEC_SUFFIXES:
-        return candidate
-    folder = folder or specs_dir()
-    if not folder.is_dir():
-        return None
-    for path in spec_files(folder):
-        if peek_application_id(path) == app:
-            return path
-    return None
-
-
-def _relative_to(spec_path: Path, topology: Any) -> Any:
-    """A ``file.py:function`` (topology, generator, drill_model) with its file made absolute,
-    from the spec's folder.
-
-    Done at load time, so a spec dumped elsewhere (``model_dump``) still names the file.
-    """
-    if not isinstance(topology, str) or ":" not in topology:
-        return topology
-    file, _, func = topology.rpartition(":")
-    if not file.endswith(".py"):
-        return topology
-    return f"{(spec_path.parent / file).resolve()}:{func}"
-
-
-def _import_topology_file(path: Path) -> ModuleType:
-    """Import a topology file once per path and have Spark pickle its code by value.
-
-    cloudpickle pickles functions by reference when their module is importable in the
-    driver; the executors could not import a file that is not on their path.
-    """
-    path = path.resolve()
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
-    name = f"statekeeper_topology_{path.stem}_{digest}"
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    loader_spec = importlib.util.spec_from_file_location(name, path)
-    if loader_spec is None or loader_spec.loader is None:
-        raise ImportError(f"not a Python file: {path}")
-    module = importlib.util.module_from_spec(loader_spec)
-    sys.modules[name] = module  # cloudpickle registers only modules found here
-    try:
-        loader_spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    try:
-        from pyspark import cloudpickle
-    except ImportError:  # no Spark in this process: nothing pickles the topology
-        return module
-    cloudpickle.register_pickle_by_value(module)
-    return module
-
-
-def import_app_file(path: Path) -> ModuleType:
-    """Import an app's file as a module of its folder, without touching ``sys.path``.
-
-    The folder is registered as a package under a name of its own
-    (``statekeeper_app_<folder>_<digest of its path>``; its ``__init__.py`` runs when it has
-    one) and the file is imported as its submodule, so the file imports its siblings with
-    relative imports (``from .reference_spark import frames``). Each file is imported once per
-    process.
-    """
-    path = path.resolve()
-    folder = path.parent
-    if not path.stem.isidentifier():
-        raise ImportError(f"{path}: its name is not a Python module name")
-    digest = hashlib.sha1(str(folder).encode()).hexdigest()[:10]
-    tag = re.sub(r"\W", "_", folder.name)
-    package = f"statekeeper_app_{tag}_{digest}"
-    if package not in sys.modules:
-        init = folder / "__init__.py"
-        if init.is_file():
-            loader_spec = importlib.util.spec_from_file_location(
-                package, init, submodule_search_locations=[str(folder)]
-            )
-        else:
-            loader_spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
-            loader_spec.submodule_search_locations = [str(folder)]
-        if loader_spec is None:
-            raise ImportError(f"cannot import the folder {folder} as a package")
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[package] = module
-        try:
-            if loader_spec.loader is not None:
-                loader_spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[package]
-            raise
-    if path.stem == "__init__":
-        return sys.modules[package]
-    if not path.is_file():
-        raise ImportError(f"no file {path}")
-    return importlib.import_module(f"{package}.{path.stem}")

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-SPECS_DIR_ENV = "STATEKEEPER_SPECS_DIR"  # statekeeper.app.spec.SPECS_DIR_ENV (not imported: fast)
+# The same name as statekeeper.app.spec_discovery.SPECS_DIR_ENV, not imported: that module
+# imports yaml (~0.2 s), and --help must start fast.
+SPECS_DIR_ENV = "STATEKEEPER_SPECS_DIR"
 
 EXIT_OK = 0
 EXIT_ERROR = 2  # a StatekeeperError: bad config, broker unreachable, ...
@@ -159,7 +161,8 @@ def app_target(args: argparse.Namespace, need_spec: str | None = None) -> tuple[
     """(settings, app spec) of ``--app``: a spec file, or an application id whose spec is in
     the specs folder; without a spec (None) only if the command (``need_spec`` names it)
     can act on a bare application id. Settings: defaults < spec < env < the command line."""
-    from statekeeper.app.spec import find_spec, load_app_spec, specs_dir
+    from statekeeper.app.spec import load_app_spec
+    from statekeeper.app.spec_discovery import find_spec, specs_dir
     from statekeeper.errors import ConfigError
     from statekeeper.settings import settings_from
 

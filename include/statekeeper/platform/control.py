@@ -487,4 +487,3 @@ def down(
         say(f"killed {len(left)} leftover process(es): {left}")
     left_after = processes_of(config.root)
     return {"stopped": stopped, "swept": left, "left": left_after, "root": str(config.root)}
-

@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from statekeeper.app.spec import peek_field, spec_files
+from statekeeper.app.spec_discovery import peek_field, spec_files
 from statekeeper.errors import StatekeeperError
 from statekeeper.platform.layout import PlatformConfig
 

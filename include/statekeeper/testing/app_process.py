@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.app.child_process import child_env
-from statekeeper.app.spec import DEFAULT_SPECS_DIR
+from statekeeper.app.spec_discovery import DEFAULT_SPECS_DIR
 from statekeeper.errors import StatekeeperError
 
 #: The repository's shipped apps (``spark_apps/``, beside ``include/``: a checkout or an

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from statekeeper.app.spec import AppSpec, import_app_file, load_app_spec, spec_json_schema
+from statekeeper.app.app_files import import_app_file
+from statekeeper.app.spec import AppSpec, load_app_spec, spec_json_schema
 from statekeeper.errors import ConfigError
 from statekeeper.testing.app_process import spark_app_spec
 
