@@ -128,6 +128,14 @@ class StatekeeperSettings(BaseSettings):
         "changelogs) exceeds this many seconds: running, through its status endpoint; stopped, "
         "from its local state. Default (unset): no budget",
     )
+    allow_incompatible_state: bool = Field(
+        False,
+        description="Start even when the state was written by a topology this one cannot "
+        "read as it is (a store's serde, kind or window size changed, a source topic's "
+        "partition count changed; see `statekeeper upgrade plan` and docs/changing-apps.md): "
+        "the stores named are read by the new code as they are. Use it only when you know "
+        "the change is compatible",
+    )
     spark_master: str = Field("local[2]", description="Spark master when not set by spark-submit")
     jvm_shutdown_wait_s: float = Field(
         30.0,

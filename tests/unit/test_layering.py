@@ -45,11 +45,15 @@ ALLOWED: dict[str, set[str]] = {
     # What an executor runs beside its tasks: standby replicas and the query server.
     "standby": _FLOORS_BELOW_PROCESSING | {"cluster", "placement"},
     "query": _FLOORS_BELOW_PROCESSING | {"processing", "cluster", "placement"},
+    # App versions: a topology's fingerprint and what a new version may run on (pure but for
+    # the state root's topology.json); the app checks it at start, the CLI plans upgrades.
+    "versions": _RUNTIME,
     # Snapshots sit beside the runtime: the worker takes and installs them, ops lists them.
     "snapshots": _FLOORS_BELOW_PROCESSING,
     "worker": _RUNTIME | {"spark", "snapshots", "cluster", "placement", "standby", "query"},
-    "app": _RUNTIME | {"spark", "worker", "snapshots", "cluster", "placement", "standby"},
-    "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster", "placement"},
+    "app": _RUNTIME
+    | {"spark", "worker", "snapshots", "cluster", "placement", "standby", "versions"},
+    "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster", "placement", "versions"},
     "airflow": _RUNTIME
     | {"spark", "worker", "app", "ops", "snapshots", "cluster", "placement"}
     | {"procfs", "process_identity"},
@@ -83,6 +87,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "process_identity": HEAVY,
     "cluster": HEAVY,
     "placement": HEAVY,
+    "versions": HEAVY,
     "standby": HEAVY,
     "query": HEAVY,
     "platform": HEAVY,

@@ -37,6 +37,7 @@ from statekeeper.snapshots.manifest import (
 from statekeeper.snapshots.staging import StagedStore, describe_staged, stage_store
 from statekeeper.snapshots.storage import SharedFiles, SnapshotStorage
 from statekeeper.state.transaction import CommittedBatch
+from statekeeper.stores.serdes import serde_name
 
 UPLOAD_THREADS = 4
 
@@ -88,10 +89,6 @@ class SnapshotResult:
             "pause_ms": round(self.pause_ms, 3),
             "upload_seconds": round(self.upload_seconds, 3),
         }
-
-
-def _serde_name(serde: Any) -> str:
-    return serde if isinstance(serde, str) else type(serde).__name__
 
 
 def stage_task(
@@ -146,8 +143,8 @@ def stage_task(
             store=spec.name,
             store_kind=spec.kind,
             layout=store.layout,
-            key_serde=_serde_name(spec.key_serde),
-            value_serde=_serde_name(spec.value_serde),
+            key_serde=serde_name(spec.key_serde),
+            value_serde=serde_name(spec.value_serde),
             changelog_topic=slot.topic,
             changelog_partition=task.partition,
             marker_offset=marker,

@@ -16,7 +16,8 @@ class SerdeError(StatekeeperError):
 
 
 class Serde(Protocol[T]):
-    """Turns values of one type into bytes and back."""
+    """Turns values of one type into bytes and back. A custom serde may carry a ``name``
+    (a str): manifests and topology fingerprints record it (:func:`serde_name`)."""
 
     def serialize(self, value: T) -> bytes: ...
 
@@ -146,6 +147,23 @@ SERDES: dict[str, type] = {
     "int": IntSerde,
     "json": JsonSerde,
 }
+
+
+def serde_name(name_or_serde: str | Serde[Any]) -> str:
+    """A serde's stable name, as manifests and topology fingerprints record it: the name it
+    was given by ("json"), a built-in serde object's registered name (``JsonSerde()`` is
+    "json"), a custom serde's ``name`` attribute when it has a string one, else its class's
+    qualified name (``mymodule.MsgpackSerde``)."""
+    if isinstance(name_or_serde, str):
+        return name_or_serde
+    for name, kind in SERDES.items():
+        if type(name_or_serde) is kind:
+            return name
+    own = getattr(name_or_serde, "name", None)
+    if isinstance(own, str) and own:
+        return own
+    kind = type(name_or_serde)
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def serde_for(name_or_serde: str | Serde[Any]) -> Serde[Any]:

@@ -1,0 +1,65 @@
+"""Versions of one small app for the upgrade tests: words of lines counted per word (store
+``counts``) and per word and minute (window store ``per-minute``), built with the DSL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from statekeeper.processing.dsl import Grouped, Materialized, StreamsBuilder
+from statekeeper.processing.topology import Topology
+from statekeeper.stores.time_windows import TimeWindows
+from statekeeper.versions import TopologyFingerprint, fingerprint_of
+
+APP = "wc"
+
+
+@dataclass(frozen=True)
+class Version:
+    """What one version of the app does; each field is one kind of change."""
+
+    counts_value_serde: str = "int"
+    counts_store_type: str = "rocksdb"
+    counts_logging: bool = True
+    counts_caching: int = 0
+    window_ms: int = 60_000
+    retention_ms: int = 120_000
+    per_minute: bool = True
+    lengths: bool = False  # a third store
+    filter_first: bool = False  # a node added upstream of everything
+    named: bool = True  # explicit store and grouping names
+    other_stream_first: bool = False  # a stateful stream built before the others
+
+
+def build(version: Version) -> Topology:
+    b = StreamsBuilder()
+    if version.other_stream_first:
+        b.stream("clicks").group_by_key(Grouped.as_("clicks")).count(Materialized.as_("clicks"))
+    lines = b.stream("lines", key_serde="bytes", value_serde="str")
+    if version.filter_first:
+        lines = lines.filter(lambda _k, line: bool(line))
+    grouped = lines.flat_map_values(str.split).group_by(
+        lambda _k, word: word, Grouped.as_("words") if version.named else None
+    )
+    counts = Materialized.as_("counts") if version.named else Materialized()
+    counts = counts.with_serdes("str", version.counts_value_serde).with_store_type(
+        version.counts_store_type  # type: ignore[arg-type]
+    )
+    if not version.counts_logging:
+        counts = counts.with_logging_disabled()
+    if version.counts_caching:
+        counts = counts.with_caching_enabled(version.counts_caching)
+    grouped.reduce(lambda total, word: total + word, counts)
+    if version.per_minute:
+        windowed = Materialized.as_("per-minute") if version.named else Materialized()
+        grouped.windowed_by(TimeWindows.tumbling(version.window_ms)).count(
+            windowed.with_retention(version.retention_ms)
+        )
+    if version.lengths:
+        lengths = Materialized.as_("lengths") if version.named else Materialized()
+        grouped.aggregate(lambda: 0, lambda _w, word, n: n + len(word), lengths)
+    return b.build()
+
+
+def fingerprint(version: Version, partitions: int | None = 4) -> TopologyFingerprint:
+    counts = None if partitions is None else {"lines": partitions, "clicks": partitions}
+    return fingerprint_of(build(version), APP, counts)

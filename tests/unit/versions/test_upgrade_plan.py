@@ -1,0 +1,233 @@
+"""`upgrade plan`'s comparison, table-tested over topology changes (tests/unit/versions/apps.py
+builds each version of a small word-count app with the DSL)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from statekeeper.versions import (
+    StoreChange,
+    StoreVerdict,
+    TopicChange,
+    TopicVerdict,
+    UpgradePlan,
+    compare,
+)
+from statekeeper.versions.auto_names import HINT
+
+from .apps import Version, fingerprint
+
+UNCHANGED = StoreChange.UNCHANGED
+COMPATIBLE = StoreChange.COMPATIBLE
+MIGRATION = StoreChange.NEEDS_MIGRATION
+NEW = StoreChange.NEW
+DROPPED = StoreChange.DROPPED
+PARTITIONS_CHANGED = TopicChange.PARTITIONS_CHANGED
+
+
+@dataclass(frozen=True)
+class Case:
+    """Version ``old`` ran on ``old_partitions`` per source; ``new`` is planned on
+    ``new_partitions``. ``stores``/``topics``: expected verdicts (unlisted ones: unchanged);
+    ``reasons``: a substring of each named verdict's reason."""
+
+    id: str
+    old: Version
+    new: Version
+    stores: dict[str, StoreChange] = field(default_factory=dict)
+    topics: dict[str, TopicChange] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    old_partitions: int = 4
+    new_partitions: int = 4
+
+    @property
+    def compatible(self) -> bool:
+        return MIGRATION not in self.stores.values() and (
+            PARTITIONS_CHANGED not in self.topics.values()
+        )
+
+
+CASES = [
+    Case("unchanged", Version(), Version()),
+    Case(
+        "value-serde",
+        Version(),
+        Version(counts_value_serde="json"),
+        stores={"counts": MIGRATION},
+        reasons={"counts": "store counts: value serde int -> json"},
+    ),
+    Case(
+        "kind",
+        Version(),
+        Version(counts_store_type="in_memory"),
+        stores={"counts": MIGRATION},
+        reasons={"counts": "store counts: kind rocksdb -> memory"},
+    ),
+    Case(
+        "window-size",
+        Version(),
+        Version(window_ms=30_000),
+        stores={"per-minute": MIGRATION},
+        reasons={"per-minute": "store per-minute: window size 60000 -> 30000 ms"},
+    ),
+    Case(
+        "retention-grown",
+        Version(),
+        Version(retention_ms=240_000),
+        stores={"per-minute": COMPATIBLE},
+        reasons={"per-minute": "store per-minute: retention 120000 -> 240000 ms"},
+    ),
+    Case(
+        "retention-shrunk",
+        Version(retention_ms=240_000),
+        Version(),
+        stores={"per-minute": COMPATIBLE},
+        reasons={"per-minute": "(older windows are dropped)"},
+    ),
+    Case(
+        "caching",
+        Version(),
+        Version(counts_caching=1024),
+        stores={"counts": COMPATIBLE},
+        reasons={"counts": "caching 0 -> 1024"},
+    ),
+    Case(
+        "logging-off",
+        Version(),
+        Version(counts_logging=False),
+        stores={"counts": COMPATIBLE},
+        reasons={"counts": "logging on -> off"},
+    ),
+    Case(
+        "logging-on",
+        Version(counts_logging=False),
+        Version(),
+        stores={"counts": COMPATIBLE},
+        reasons={"counts": "logging off -> on"},
+    ),
+    Case(
+        "store-added",
+        Version(),
+        Version(lengths=True),
+        stores={"lengths": NEW},
+        reasons={"lengths": "starts empty, or a backfill"},
+    ),
+    Case(
+        "store-removed",
+        Version(),
+        Version(per_minute=False),
+        stores={"per-minute": DROPPED},
+        reasons={"per-minute": "changelog wc-per-minute-changelog are no longer read"},
+    ),
+    Case(
+        "partitions-4-to-6",
+        Version(),
+        Version(),
+        topics={"lines": PARTITIONS_CHANGED},
+        reasons={"lines": "source lines: 4 -> 6 partitions"},
+        new_partitions=6,
+    ),
+    Case("unrelated-node-added-named", Version(), Version(filter_first=True)),
+    Case(
+        # A stateful stream built first: every later subtopology's id grows by one.
+        "stream-added-before",
+        Version(),
+        Version(other_stream_first=True),
+        stores={
+            "clicks": NEW,
+            "counts": COMPATIBLE,
+            "per-minute": COMPATIBLE,
+            "sk-task-state-0": NEW,
+            "sk-task-state-1": DROPPED,
+            "sk-task-state-2": NEW,
+        },
+        topics={"clicks": TopicChange.NEW},
+        reasons={"counts": "moves from subtopology 1 to 2: tasks 2_* rebuild it"},
+    ),
+    Case(
+        "stream-added-before-without-changelog",
+        Version(counts_logging=False),
+        Version(counts_logging=False, other_stream_first=True),
+        stores={
+            "clicks": NEW,
+            "counts": MIGRATION,
+            "per-minute": COMPATIBLE,
+            "sk-task-state-0": NEW,
+            "sk-task-state-1": DROPPED,
+            "sk-task-state-2": NEW,
+        },
+        topics={"clicks": TopicChange.NEW},
+        reasons={"counts": "has no changelog: tasks 2_* would start it empty"},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_upgrade_plan(case: Case) -> None:
+    plan = compare(
+        fingerprint(case.old, case.old_partitions), fingerprint(case.new, case.new_partitions)
+    )
+    stores = {v.store: v.change for v in plan.stores if v.change is not UNCHANGED}
+    topics = {v.topic: v.change for v in plan.topics if v.change is not TopicChange.UNCHANGED}
+    assert (stores, topics) == (case.stores, case.topics)
+    for name, text in case.reasons.items():
+        assert text in _verdict(plan, name).reason, _verdict(plan, name).reason
+    assert plan.compatible is case.compatible
+    assert plan.blocking == [
+        v for v in (*plan.stores, *plan.topics) if v.change in (MIGRATION, PARTITIONS_CHANGED)
+    ]
+
+
+def _verdict(plan: UpgradePlan, name: str) -> StoreVerdict | TopicVerdict:
+    """The verdict of the store or topic ``name``."""
+    stores = [v for v in plan.stores if v.store == name]
+    return stores[0] if stores else plan.topic(name)
+
+
+def test_an_unrelated_node_shifts_generated_names_and_the_plan_says_so() -> None:
+    """Without explicit names a filter added upstream renumbers the stores and the grouping's
+    repartition topic (Kafka Streams' KSTREAM-AGGREGATE-STATE-STORE-0000000003 problem)."""
+    old = fingerprint(Version(named=False))
+    new = fingerprint(Version(named=False, filter_first=True))
+    plan = compare(old, new)
+    changes = {v.store: v.change for v in plan.stores}
+    assert changes == {
+        "kstream-aggregate-state-store-0000000003": DROPPED,
+        "kstream-aggregate-state-store-0000000004": NEW,
+        "kstream-aggregate-state-store-0000000007": DROPPED,
+        "kstream-aggregate-state-store-0000000008": NEW,
+        # its subtopology now reads the renamed repartition topic
+        "sk-task-state-1": MIGRATION,
+    }
+    renamed = plan.store("kstream-aggregate-state-store-0000000004")
+    assert HINT in renamed.notes
+    assert any("kstream-aggregate-state-store-0000000003 renamed" in n for n in renamed.notes)
+    gone = plan.store("kstream-aggregate-state-store-0000000007")
+    assert any("renamed to kstream-aggregate-state-store-0000000008" in n for n in gone.notes)
+    topic = plan.topic("wc-kstream-aggregate-state-store-0000000004-repartition")
+    assert topic.change is TopicChange.NEW and HINT in topic.notes
+    assert not plan.compatible
+
+
+def test_named_stores_carry_no_generated_name_note() -> None:
+    plan = compare(fingerprint(Version()), fingerprint(Version(filter_first=True)))
+    assert all(not v.notes for v in (*plan.stores, *plan.topics))
+    assert plan.old_digest == plan.new_digest  # node names are not part of the state
+
+
+def test_unknown_partition_counts_compare_as_unchanged() -> None:
+    plan = compare(fingerprint(Version(), None), fingerprint(Version(), 6))
+    assert plan.topic("lines").change is TopicChange.UNCHANGED
+    assert "not known" in plan.topic("lines").reason and plan.compatible
+
+
+def test_another_application_id_is_noted() -> None:
+    from statekeeper.versions import fingerprint_of
+
+    from .apps import build
+
+    plan = compare(fingerprint(Version()), fingerprint_of(build(Version()), "other"))
+    assert plan.notes and "application id wc -> other" in plan.notes[0]
+    assert plan.store("counts").change is MIGRATION  # its changelog is another topic
