@@ -34,9 +34,10 @@ from statekeeper.app.lifecycle import (
     settle_idle_start,
 )
 from statekeeper.app.snapshot_requests import SnapshotRequests
+from statekeeper.app.state_version import check_state_at_start
 from statekeeper.app.status import StatusBoard, StatusServer
 from statekeeper.app.task_totals import TaskTotals
-from statekeeper.app.topics import TopicPlan, prepare_topics
+from statekeeper.app.topics import TopicPlan, prepare_topics, source_partitions
 from statekeeper.cluster.executor import DRIVER_EXECUTOR_ID
 from statekeeper.errors import ConfigError, StatekeeperError
 from statekeeper.kafka.model import OffsetRange
@@ -141,6 +142,8 @@ class StatekeeperApp:
         self._jvm_stop_hook: Any = None  # an InstalledStopHook under spark-submit
         self.snapshots = SnapshotRequests(settings.snapshot_interval_s, self._snapshot_storage)
         self._storage: Any = None
+        #: The topology fingerprint (JSON) recorded at start; every snapshot's manifests hold it.
+        self._topology_record: str | None = None
 
     # -- public API --------------------------------------------------------------------------
 
@@ -288,7 +291,12 @@ class StatekeeperApp:
                 "headers (transactional output is not used)",
                 profile.name,
             )
-        plan = prepare_topics(admin, self.topology, self.app_id, s.broker_timeout_s)
+        sources = source_partitions(admin, self.topology, self.app_id, s.broker_timeout_s)
+        # Before any topic is created or record processed: refuse state this topology
+        # cannot read as it is (statekeeper.versions); the fingerprint goes into snapshots.
+        fingerprint = check_state_at_start(s, self.topology, sources)
+        self._topology_record = fingerprint.to_json()
+        plan = prepare_topics(admin, self.topology, self.app_id, s.broker_timeout_s, sources)
         self._init_positions(plan)
         self.board.update(
             broker=profile.name,
@@ -686,7 +694,11 @@ class StatekeeperApp:
         if request is None:
             return runs
         return [
-            dataclasses.replace(run, snapshot_request=request) if run.task_id in stateful else run
+            dataclasses.replace(
+                run, snapshot_request=request, snapshot_topology=self._topology_record
+            )
+            if run.task_id in stateful
+            else run
             for run in [*runs, *extra]
         ]
 
@@ -711,7 +723,12 @@ class StatekeeperApp:
                 self._publish_snapshots()
                 return
             request = self.snapshots.take(runs[0].batch_id, [r.task_id for r in runs])
-            runs = [dataclasses.replace(r, snapshot_request=request) for r in runs]
+            runs = [
+                dataclasses.replace(
+                    r, snapshot_request=request, snapshot_topology=self._topology_record
+                )
+                for r in runs
+            ]
             try:
                 results = self._execute(spark, runs)
             except Exception as exc:  # the snapshot fails, the app goes on

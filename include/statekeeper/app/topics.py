@@ -19,8 +19,10 @@ class TopicPlan:
     tasks: list[tuple[int, int]]  # (subtopology, partition)
 
 
-def prepare_topics(admin: Any, topology: Any, application_id: str, timeout_s: float) -> TopicPlan:
-    """Create/check every topic of ``topology``; raise a clear error on anything missing."""
+def source_partitions(
+    admin: Any, topology: Any, application_id: str, timeout_s: float
+) -> dict[str, int]:
+    """The partition count of every source topic; a ConfigError names the missing ones."""
     partitions: dict[str, int] = {}
     missing = []
     for topic in topology.source_topics(application_id):
@@ -34,6 +36,23 @@ def prepare_topics(admin: Any, topology: Any, application_id: str, timeout_s: fl
             f"source topic(s) {', '.join(sorted(missing))} do not exist; create them (e.g. "
             "`statekeeper generate --app ...`) before starting the app"
         )
+    return partitions
+
+
+def prepare_topics(
+    admin: Any,
+    topology: Any,
+    application_id: str,
+    timeout_s: float,
+    sources: dict[str, int] | None = None,
+) -> TopicPlan:
+    """Create/check every topic of ``topology``; raise a clear error on anything missing.
+    ``sources``: the source partition counts, when :func:`source_partitions` read them."""
+    partitions = dict(
+        sources
+        if sources is not None
+        else source_partitions(admin, topology, application_id, timeout_s)
+    )
     width = max(partitions.values(), default=1)
     for topic, count in topology.repartition_partitions(application_id, partitions).items():
         ensure_topic(admin, topic, count, timeout_s=timeout_s)

@@ -24,6 +24,8 @@ from statekeeper.snapshots.manifest import SnapshotError
 from statekeeper.snapshots.storage import SharedFiles, SnapshotStorage
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_id import TaskId
+from statekeeper.versions.fingerprint import FingerprintError
+from statekeeper.versions.recorded import read_recorded, state_root
 
 
 def local_tasks(settings: StatekeeperSettings, topology: Any) -> list[tuple[str, int, int]]:
@@ -63,6 +65,7 @@ def snapshot_app(
             )
         found = [t for t in found if t[0] in tasks]
     staging = staging_dir or Path(settings.state_dir) / ".snapshot-staging"
+    topology_record = _recorded_topology(settings)
     env = StateEnvironment(settings)
     results: list[SnapshotResult] = []
     shared = SharedFiles(storage)  # each shared file checked once for the whole run
@@ -73,10 +76,29 @@ def snapshot_app(
             if not names:
                 continue
             with env.task(task_id, partition, specs) as task:
-                results.extend(snapshot_task(task, storage, staging, stores=names, shared=shared))
+                results.extend(
+                    snapshot_task(
+                        task,
+                        storage,
+                        staging,
+                        stores=names,
+                        shared=shared,
+                        topology=topology_record,
+                    )
+                )
     finally:
         env.close()
     return results
+
+
+def _recorded_topology(settings: StatekeeperSettings) -> dict[str, Any] | None:
+    """The fingerprint the app recorded in its state root when it last started (what wrote
+    the state), for the manifests; None when there is none or it cannot be read."""
+    try:
+        recorded = read_recorded(state_root(settings.state_dir, settings.application_id))
+    except FingerprintError:
+        return None
+    return recorded.to_dict() if recorded is not None else None
 
 
 def running_app_status_url(settings: StatekeeperSettings) -> str | None:

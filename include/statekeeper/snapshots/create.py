@@ -29,6 +29,7 @@ from typing import Any
 
 from statekeeper.snapshots.catalog import latest_manifest
 from statekeeper.snapshots.manifest import (
+    TOPOLOGY_KEY,
     Manifest,
     SnapshotError,
     new_snapshot_id,
@@ -98,12 +99,15 @@ def stage_task(
     stores: list[str] | None = None,
     *,
     describe: bool = True,
+    topology: dict[str, Any] | None = None,
 ) -> list[StagedSnapshot]:
     """Stage the stores of an open ``TaskStateManager`` right after a commit (or right after
     ``open()``, which leaves it at its last commit). ``committed`` (from an after-commit
     hook) supplies the marker offsets; otherwise the stores' own metadata does.
     ``describe=False``: hash the files and count the keys later, in :func:`upload_staged`
-    (the running app's uploader thread), so the task pauses only for the checkpoints."""
+    (the running app's uploader thread), so the task pauses only for the checkpoints.
+    ``topology``: the fingerprint (JSON) of the topology that wrote the state, recorded in
+    every manifest (``Manifest.topology``)."""
     if task.has_uncommitted:
         raise SnapshotError(
             f"task {task.task_id} has uncommitted batches: snapshots are taken at a commit"
@@ -155,6 +159,7 @@ def stage_task(
             created_at=now.isoformat(),
             statekeeper_version=_statekeeper_version(),
             window=window,
+            extra={TOPOLOGY_KEY: topology} if topology is not None else {},
         )
         staged.append(StagedSnapshot(manifest, store))
     return staged
@@ -227,10 +232,12 @@ def snapshot_task(
     stores: list[str] | None = None,
     *,
     shared: SharedFiles | None = None,
+    topology: dict[str, Any] | None = None,
 ) -> list[SnapshotResult]:
     """Stage and upload every store (or ``stores``) of an open task, one after the other
-    (``shared``: see :func:`upload_staged`; by default one per call)."""
-    staged = stage_task(task, staging_dir, committed, stores)
+    (``shared``: see :func:`upload_staged`; by default one per call; ``topology``: see
+    :func:`stage_task`)."""
+    staged = stage_task(task, staging_dir, committed, stores, topology=topology)
     shared = shared if shared is not None else SharedFiles(storage)
     try:
         return [upload_staged(s, storage, shared=shared) for s in staged]

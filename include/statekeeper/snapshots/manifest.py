@@ -16,7 +16,13 @@ Format (``format_version`` 1)::
      "key_count": 1000, "window": {"size_ms": ..., "grace_ms": ..., "retention_ms": ...},
      "files": [{"name": "000012.sst", "sha256": "...", "size": 4096}, ...],
      "created_at": "2026-11-25T04:00:00+00:00", "statekeeper_version": "0.1.0",
-     "parent": "<snapshot_id of the previous snapshot of this task and store>" | null}
+     "parent": "<snapshot_id of the previous snapshot of this task and store>" | null,
+     "extra": {"topology": {<the app's topology fingerprint>}}}
+
+``extra.topology`` is the fingerprint of the topology that wrote the state
+(:mod:`statekeeper.versions.fingerprint`); manifests from before it was recorded have none.
+It sits in ``extra`` because a reader takes unknown top-level fields for damage: the
+statekeeper versions before it still read these manifests.
 
 ``layout`` says how to read the files: ``rocksdb-checkpoint`` (a RocksDB Checkpoint
 directory, file names relative to it) or ``kv-dump`` (one ``data.kvdump`` file, see
@@ -39,6 +45,9 @@ from typing import Any
 from statekeeper.errors import StatekeeperError
 
 FORMAT_VERSION = 1
+
+#: The key of ``Manifest.extra`` holding the topology fingerprint.
+TOPOLOGY_KEY = "topology"
 
 #: SHA-256 of zero bytes: the content address of every empty file.
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -102,6 +111,13 @@ class Manifest:
     window: dict[str, int | None] | None = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def topology(self) -> dict[str, Any] | None:
+        """The fingerprint (JSON) of the topology that wrote the state, or None when the
+        manifest has none (written before fingerprints were recorded)."""
+        found = self.extra.get(TOPOLOGY_KEY)
+        return found if isinstance(found, dict) else None
 
     @property
     def total_bytes(self) -> int:

@@ -107,8 +107,9 @@ class TopologyFingerprint:
         return dataclasses.replace(self, source_partitions=dict(sorted(known.items())))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values (tuples as lists once dumped), without the digest."""
-        return asdict(self)
+        """Its JSON values (lists, dicts, strings, numbers), as read back; no digest."""
+        result: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        return result
 
     def to_json(self) -> str:
         """Sorted, indented JSON with the digest (readers recompute it)."""

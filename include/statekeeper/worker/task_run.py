@@ -43,6 +43,8 @@ class TaskRun:
     backlog: tuple[BatchSlice, ...] = ()
     force_commit: bool = False
     snapshot_request: str | None = None
+    #: With ``snapshot_request``: the app's topology fingerprint (JSON) the manifests record.
+    snapshot_topology: str | None = None
     # Where the driver placed the task (Spark's executor id) and the task's placement epoch:
     # only that executor runs it, and a copy of it open elsewhere, or under an older epoch,
     # is stale (statekeeper.placement.registry).

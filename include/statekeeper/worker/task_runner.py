@@ -371,7 +371,7 @@ def _run_open_tasks(
     done: list[tuple[TaskRun, ParkedTask, TaskRunResult, float]] = []
     for run, _task in tasks:
         if run.snapshot_request is not None:  # staged by the task's after-commit hook
-            services.snapshots.arm(run.task_id, run.snapshot_request)
+            services.snapshots.arm(run.task_id, run.snapshot_request, run.snapshot_topology)
     try:
         for run, task in tasks:
             started = time.perf_counter()

@@ -21,6 +21,7 @@ or the storage fails), and says which and why to the restore listeners and in th
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -70,6 +71,8 @@ class TaskSnapshots:
         self._storage: Any | None = None
         self.uploader = SnapshotUploader(self.storage)
         self._armed: dict[str, str] = {}  # task id -> request id
+        #: task id -> the topology fingerprint (JSON) its armed snapshot's manifests record
+        self._topologies: dict[str, str | None] = {}
         self._events: dict[str, list[dict[str, Any]]] = {}  # task id -> staging events
 
     def storage(self) -> Any:
@@ -85,22 +88,28 @@ class TaskSnapshots:
         """Register the after-commit hook of a newly opened task."""
         state.add_after_commit_hook(lambda committed: self._after_commit(state, committed))
 
-    def arm(self, task_id: str, request_id: str) -> None:
-        """Snapshot ``task_id`` right after its next commit (or in :meth:`finish`)."""
+    def arm(self, task_id: str, request_id: str, topology: str | None = None) -> None:
+        """Snapshot ``task_id`` right after its next commit (or in :meth:`finish`);
+        ``topology``: the app's topology fingerprint (JSON) for its manifests."""
         self._armed[task_id] = request_id
+        self._topologies[task_id] = topology
 
     def disarm(self, task_id: str) -> None:
-        self._armed.pop(task_id, None)
+        self._take(task_id)
+
+    def _take(self, task_id: str) -> tuple[str | None, str | None]:
+        """The armed request of ``task_id`` (None: not armed) and its topology, disarmed."""
+        return self._armed.pop(task_id, None), self._topologies.pop(task_id, None)
 
     def _after_commit(self, state: Any, committed: Any) -> None:
-        request = self._armed.pop(state.task_id, None)
+        request, topology = self._take(state.task_id)
         if request is not None:
-            self._stage(state, request, committed)
+            self._stage(state, request, committed, topology)
 
     def finish(self, state: Any) -> list[dict[str, Any]]:
         """After the batch's commits: stage a task still armed (it had nothing to commit, so
         it sits at its last commit); returns the task's staging events."""
-        request = self._armed.pop(state.task_id, None)
+        request, topology = self._take(state.task_id)
         if request is not None:
             if state.last_batch_id is None:
                 self._event(
@@ -124,16 +133,22 @@ class TaskSnapshots:
                     },
                 )
             else:
-                self._stage(state, request, None)
+                self._stage(state, request, None, topology)
         return self._events.pop(state.task_id, [])
 
-    def _stage(self, state: Any, request: str, committed: Any | None) -> None:
+    def _stage(self, state: Any, request: str, committed: Any | None, topology: str | None) -> None:
         from statekeeper.snapshots.create import stage_task
 
         started = time.perf_counter()
         batch_id = committed.batch_id if committed is not None else state.last_batch_id
         try:
-            staged = stage_task(state, self.staging_dir, committed, describe=False)
+            staged = stage_task(
+                state,
+                self.staging_dir,
+                committed,
+                describe=False,
+                topology=json.loads(topology) if topology is not None else None,
+            )
         except Exception as exc:  # reported; the commit stands
             log.warning("task %s: staging a snapshot failed: %s", state.task_id, exc)
             self._event(
