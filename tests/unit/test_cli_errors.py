@@ -363,6 +363,7 @@ def test_old_option_names_still_parse() -> None:
         ["drill"],
         ["spec", "check"],
         ["generate"],
+        ["upgrade", "plan"],
     ):
         args = parser.parse_args([*command, "--app", "a", "--set", "x=1", "--bootstrap", "h:1"])
         assert (args.app, args.set, args.bootstrap) == ("a", ["x=1"], "h:1"), command

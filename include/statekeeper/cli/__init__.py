@@ -43,11 +43,13 @@ from statekeeper.cli.restore import add_restore
 from statekeeper.cli.snapshot import add_snapshot
 from statekeeper.cli.spec import add_spec
 from statekeeper.cli.stores import add_stores
+from statekeeper.cli.upgrade import EXIT_INCOMPATIBLE, add_upgrade
 from statekeeper.errors import StatekeeperError
 
 __all__ = [
     "EXIT_AUDIT_FAILED",
     "EXIT_ERROR",
+    "EXIT_INCOMPATIBLE",
     "EXIT_NOT_RUNNING",
     "EXIT_OK",
     "UsageError",
@@ -114,4 +116,5 @@ def build_parser() -> argparse.ArgumentParser:
     add_platform(commands)
     add_cluster(commands)
     add_spec(commands)
+    add_upgrade(commands)
     return parser

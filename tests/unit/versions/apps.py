@@ -63,3 +63,9 @@ def build(version: Version) -> Topology:
 def fingerprint(version: Version, partitions: int | None = 4) -> TopologyFingerprint:
     counts = None if partitions is None else {"lines": partitions, "clicks": partitions}
     return fingerprint_of(build(version), APP, counts)
+
+
+def build_version(**fields: object) -> Topology:
+    """``build(Version(**fields))``: what an app spec's ``topology:`` names (its ``params:``
+    are the fields)."""
+    return build(Version(**fields))  # type: ignore[arg-type]
