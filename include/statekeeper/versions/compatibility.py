@@ -210,12 +210,14 @@ def _new(store: StoreFingerprint) -> str:
 
 
 def _dropped(store: StoreFingerprint) -> str:
-    where = (
-        f"its local copies and changelog {store.changelog_topic}"
-        if store.logging
-        else ("its local copies")
-    )
+    where = "its local copies"
+    if store.logging:
+        where += f" and changelog {store.changelog_topic}"
     return f"dropped: {where} are no longer read (delete them once sure)"
+
+
+#: What differs about one store: (what needs a migration, what only tunes it).
+Differences = tuple[list[str], list[str]]
 
 
 def _changed(
@@ -224,33 +226,106 @@ def _changed(
     old: TopologyFingerprint,
     new: TopologyFingerprint,
 ) -> tuple[StoreChange, str]:
-    migrations, tunings = [], []
+    migrations: list[str] = []
+    tunings: list[str] = []
+    for found_migrations, found_tunings in (
+        _contents(before, after),
+        _window(before, after),
+        _moves(before, after, old, new),
+        _logging(before, after),
+        ([], _tuning(before, after)),
+    ):
+        migrations += found_migrations
+        tunings += found_tunings
+    if migrations:
+        return StoreChange.NEEDS_MIGRATION, "; ".join(migrations + tunings)
+    if tunings:
+        return StoreChange.COMPATIBLE, "; ".join(tunings)
+    return StoreChange.UNCHANGED, "unchanged"
+
+
+def _contents(before: StoreFingerprint, after: StoreFingerprint) -> Differences:
+    """How the stored bytes are laid out: the kind and the serdes."""
+    migrations = []
     if (before.kind, before.persistent) != (after.kind, after.persistent):
         migrations.append(f"kind {_kind(before)} -> {_kind(after)}")
     if before.key_serde != after.key_serde:
         migrations.append(f"key serde {before.key_serde} -> {after.key_serde}")
     if before.value_serde != after.value_serde:
         migrations.append(f"value serde {before.value_serde} -> {after.value_serde}")
-    if before.window is not None and after.window is not None:
-        b, a = before.window, after.window
-        if b.size_ms != a.size_ms:
-            migrations.append(f"window size {b.size_ms} -> {a.size_ms} ms")
-        if b.grace_ms != a.grace_ms:
-            tunings.append(f"grace {b.grace_ms} -> {a.grace_ms} ms")
-        if b.retention_ms < a.retention_ms:
-            tunings.append(f"retention {b.retention_ms} -> {a.retention_ms} ms")
-        elif b.retention_ms > a.retention_ms:
-            tunings.append(
-                f"retention {b.retention_ms} -> {a.retention_ms} ms (older windows are dropped)"
-            )
-    migrations += _moves(before, after, old, new, tunings)
-    tunings += _logging(before, after, migrations)
-    tunings += _tuning(before, after)
-    if migrations:
-        return StoreChange.NEEDS_MIGRATION, "; ".join(migrations + tunings)
-    if tunings:
-        return StoreChange.COMPATIBLE, "; ".join(tunings)
-    return StoreChange.UNCHANGED, "unchanged"
+    return migrations, []
+
+
+def _kind(store: StoreFingerprint) -> str:
+    if store.kind == "window" and not store.persistent:
+        return "window (in-memory)"
+    return store.kind
+
+
+def _window(before: StoreFingerprint, after: StoreFingerprint) -> Differences:
+    """Window size (what a window key means), grace and retention (how long windows stay)."""
+    if before.window is None or after.window is None:
+        return [], []  # a kind change, said by _contents
+    b, a = before.window, after.window
+    migrations, tunings = [], []
+    if b.size_ms != a.size_ms:
+        migrations.append(f"window size {b.size_ms} -> {a.size_ms} ms")
+    if b.grace_ms != a.grace_ms:
+        tunings.append(f"grace {b.grace_ms} -> {a.grace_ms} ms")
+    if b.retention_ms < a.retention_ms:
+        tunings.append(f"retention {b.retention_ms} -> {a.retention_ms} ms")
+    elif b.retention_ms > a.retention_ms:
+        tunings.append(
+            f"retention {b.retention_ms} -> {a.retention_ms} ms (older windows are dropped)"
+        )
+    return migrations, tunings
+
+
+def _moves(
+    before: StoreFingerprint,
+    after: StoreFingerprint,
+    old: TopologyFingerprint,
+    new: TopologyFingerprint,
+) -> Differences:
+    """A store whose tasks change: another subtopology, or (an internal task-state store,
+    named after its subtopology) a subtopology that reads other topics now."""
+    if after.internal:
+        was, now = old.subtopology(before.subtopology), new.subtopology(after.subtopology)
+        read = list(was.source_topics) if was is not None else []
+        reads = list(now.source_topics) if now is not None else []
+        if read == reads:
+            return [], []
+        return [
+            f"subtopology {after.subtopology} read {read}, now reads {reads}: its stream "
+            "time, punctuation times and dedupe positions are another subtopology's "
+            "(subtopologies are numbered in the order their first node is built: add new "
+            "streams after the existing ones)"
+        ], []
+    if before.subtopology == after.subtopology:
+        return [], []
+    moved = f"moves from subtopology {before.subtopology} to {after.subtopology}"
+    if not after.logging:
+        return [
+            f"{moved} and has no changelog: tasks {after.subtopology}_* would start it empty"
+        ], []
+    return [], [
+        f"{moved}: tasks {after.subtopology}_* rebuild it from its changelog (local copies "
+        f"and snapshots of tasks {before.subtopology}_* are not used)"
+    ]
+
+
+def _logging(before: StoreFingerprint, after: StoreFingerprint) -> Differences:
+    """The store's changelog: switched on or off, or another topic."""
+    if before.logging and not after.logging:
+        return [], ["logging on -> off (a lost local copy can no longer be restored)"]
+    if after.logging and not before.logging:
+        return [], [
+            "logging off -> on (the new changelog holds only what is written from now on: a "
+            "restore before every key is written again loses the rest)"
+        ]
+    if before.changelog_topic != after.changelog_topic:
+        return [f"changelog {before.changelog_topic} -> {after.changelog_topic}"], []
+    return [], []
 
 
 def _tuning(before: StoreFingerprint, after: StoreFingerprint) -> list[str]:
@@ -265,96 +340,34 @@ def _tuning(before: StoreFingerprint, after: StoreFingerprint) -> list[str]:
     return [f"{label} {b} -> {a}" for label, b, a in pairs if b != a]
 
 
-def _kind(store: StoreFingerprint) -> str:
-    return (
-        f"{store.kind} (in-memory)"
-        if store.kind == "window" and not store.persistent
-        else (store.kind)
-    )
-
-
-def _moves(
-    before: StoreFingerprint,
-    after: StoreFingerprint,
-    old: TopologyFingerprint,
-    new: TopologyFingerprint,
-    tunings: list[str],
-) -> list[str]:
-    """Migrations (returned) and tunings (appended) of a store whose task changes."""
-    if after.internal:
-        was, now = old.subtopology(before.subtopology), new.subtopology(after.subtopology)
-        read = list(was.source_topics) if was is not None else []
-        reads = list(now.source_topics) if now is not None else []
-        if read != reads:
-            return [
-                f"subtopology {after.subtopology} read {read}, now reads {reads}: its stream "
-                "time, punctuation times and dedupe positions are another subtopology's "
-                "(subtopologies are numbered in the order their first node is built: add new "
-                "streams after the existing ones)"
-            ]
-        return []
-    if before.subtopology == after.subtopology:
-        return []
-    moved = f"moves from subtopology {before.subtopology} to {after.subtopology}"
-    if not after.logging:
-        return [f"{moved} and has no changelog: tasks {after.subtopology}_* would start it empty"]
-    tunings.append(
-        f"{moved}: tasks {after.subtopology}_* rebuild it from its changelog (local copies "
-        f"and snapshots of tasks {before.subtopology}_* are not used)"
-    )
-    return []
-
-
-def _logging(before: StoreFingerprint, after: StoreFingerprint, migrations: list[str]) -> list[str]:
-    """Tunings (returned) and migrations (appended) of the store's changelog."""
-    if before.logging and not after.logging:
-        return ["logging on -> off (a lost local copy can no longer be restored)"]
-    if after.logging and not before.logging:
-        return [
-            "logging off -> on (the new changelog holds only what is written from now on: a "
-            "restore before every key is written again loses the rest)"
-        ]
-    if before.changelog_topic != after.changelog_topic:
-        migrations.append(f"changelog {before.changelog_topic} -> {after.changelog_topic}")
-    return []
-
-
 # -- topics -----------------------------------------------------------------------------------
 
 
 def _source_verdicts(
     old: TopologyFingerprint, new: TopologyFingerprint
 ) -> tuple[TopicVerdict, ...]:
-    verdicts = []
-    for topic in sorted(set(old.source_topics) | set(new.source_topics)):
-        if topic not in old.source_topics:
-            verdicts.append(TopicVerdict(topic, "source", TopicChange.NEW, "new source"))
-            continue
-        if topic not in new.source_topics:
-            verdicts.append(
-                TopicVerdict(topic, "source", TopicChange.DROPPED, "dropped: no longer read")
-            )
-            continue
-        was = (old.source_partitions or {}).get(topic)
-        now = (new.source_partitions or {}).get(topic)
-        if was is not None and now is not None and was != now:
-            verdicts.append(
-                TopicVerdict(
-                    topic,
-                    "source",
-                    TopicChange.PARTITIONS_CHANGED,
-                    f"{was} -> {now} partitions (keys move to other tasks: the state needs "
-                    "repartitioning)",
-                )
-            )
-            continue
-        detail = (
-            f"{now} partitions"
-            if was is not None and now is not None
-            else ("unchanged (partition count not known on both sides)")
+    return tuple(
+        TopicVerdict(topic, "source", *_source_change(topic, old, new))
+        for topic in sorted(set(old.source_topics) | set(new.source_topics))
+    )
+
+
+def _source_change(
+    topic: str, old: TopologyFingerprint, new: TopologyFingerprint
+) -> tuple[TopicChange, str]:
+    if topic not in old.source_topics:
+        return TopicChange.NEW, "new source"
+    if topic not in new.source_topics:
+        return TopicChange.DROPPED, "dropped: no longer read"
+    was = (old.source_partitions or {}).get(topic)
+    now = (new.source_partitions or {}).get(topic)
+    if was is None or now is None:
+        return TopicChange.UNCHANGED, "unchanged (partition count not known on both sides)"
+    if was != now:
+        return TopicChange.PARTITIONS_CHANGED, (
+            f"{was} -> {now} partitions (keys move to other tasks: the state needs repartitioning)"
         )
-        verdicts.append(TopicVerdict(topic, "source", TopicChange.UNCHANGED, detail))
-    return tuple(verdicts)
+    return TopicChange.UNCHANGED, f"{now} partitions"
 
 
 def _repartition_verdicts(

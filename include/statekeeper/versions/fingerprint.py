@@ -121,31 +121,11 @@ class TopologyFingerprint:
         ignored (a newer statekeeper may record more), missing ones raise
         :class:`FingerprintError` naming ``where``."""
         try:
-            stores = tuple(
-                StoreFingerprint(
-                    **{
-                        **_known(StoreFingerprint, s),
-                        "window": WindowFingerprint(**_known(WindowFingerprint, s["window"]))
-                        if s.get("window")
-                        else None,
-                        "topic_configs": dict(s.get("topic_configs") or {}),
-                    }
-                )
-                for s in raw["stores"]
-            )
-            subs = tuple(
-                SubtopologyFingerprint(
-                    id=int(s["id"]),
-                    source_topics=tuple(s["source_topics"]),
-                    stores=tuple(s.get("stores") or ()),
-                )
-                for s in raw["subtopologies"]
-            )
             partitions = raw.get("source_partitions")
             return cls(
                 application_id=str(raw["application_id"]),
-                stores=stores,
-                subtopologies=subs,
+                stores=tuple(_store_from(s) for s in raw["stores"]),
+                subtopologies=tuple(_subtopology_from(s) for s in raw["subtopologies"]),
                 source_topics=tuple(raw["source_topics"]),
                 repartition_topics=tuple(raw.get("repartition_topics") or ()),
                 source_partitions=None
@@ -216,6 +196,25 @@ def _store(spec: StoreSpec, subtopology: int, application_id: str) -> StoreFinge
         caching_max_bytes=spec.caching_max_bytes,
         read_cache_max_bytes=spec.read_cache_max_bytes if spec.kind == "rocksdb" else 0,
         topic_configs=dict(sorted(spec.topic_configs.items())),
+    )
+
+
+def _store_from(raw: dict[str, Any]) -> StoreFingerprint:
+    window = raw.get("window")
+    return StoreFingerprint(
+        **{
+            **_known(StoreFingerprint, raw),
+            "window": WindowFingerprint(**_known(WindowFingerprint, window)) if window else None,
+            "topic_configs": dict(raw.get("topic_configs") or {}),
+        }
+    )
+
+
+def _subtopology_from(raw: dict[str, Any]) -> SubtopologyFingerprint:
+    return SubtopologyFingerprint(
+        id=int(raw["id"]),
+        source_topics=tuple(raw["source_topics"]),
+        stores=tuple(raw.get("stores") or ()),
     )
 
 

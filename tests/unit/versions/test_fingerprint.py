@@ -78,7 +78,8 @@ def test_serde_objects_have_stable_names() -> None:
     assert serde_name("json") == "json"
     assert serde_name(JsonSerde()) == "json"
     assert serde_name(Msgpack()) == "msgpack"  # type: ignore[arg-type]
-    assert serde_name(Unnamed()).endswith("test_serde_objects_have_stable_names.<locals>.Unnamed")  # type: ignore[arg-type]
+    unnamed = serde_name(Unnamed())  # type: ignore[arg-type]
+    assert unnamed.endswith(".test_serde_objects_have_stable_names.<locals>.Unnamed")
 
 
 def test_the_state_root_copy(tmp_path: Path) -> None:
