@@ -29,7 +29,7 @@ COMPOSE = REPO / "docker-compose.yml"
 DOCS = REPO / "docs" / "compose.md"
 # STATEKEEPER_* variables that are not settings fields, and the module that reads each.
 NOT_SETTINGS = {
-    "STATEKEEPER_SPECS_DIR": REPO / "include/statekeeper/app/spec.py",
+    "STATEKEEPER_SPECS_DIR": REPO / "include/statekeeper/app/spec_discovery.py",
     "STATEKEEPER_PLATFORM": REPO / "include/statekeeper/platform/processes.py",
 }
 AIRFLOW_VAR = re.compile(r"^AIRFLOW__([A-Z0-9_]+)__([A-Z0-9_]+)$")
