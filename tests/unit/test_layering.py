@@ -50,6 +50,10 @@ ALLOWED: dict[str, set[str]] = {
     "versions": _RUNTIME,
     # Snapshots sit beside the runtime: the worker takes and installs them, ops lists them.
     "snapshots": _FLOORS_BELOW_PROCESSING,
+    # State migration between app versions: reads the old version's state (snapshots and
+    # changelogs, read-only), writes the new one's; its job is given a SparkContext, and
+    # the CLI calls it.
+    "migration": _RUNTIME | {"snapshots", "versions", "app"},
     "worker": _RUNTIME | {"spark", "snapshots", "cluster", "placement", "standby", "query"},
     "app": _RUNTIME
     | {"spark", "worker", "snapshots", "cluster", "placement", "standby", "versions"},

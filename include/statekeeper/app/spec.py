@@ -12,6 +12,9 @@ supervision: {stall_timeout_s: 300}        # its health thresholds (SupervisionC
 generator: generator.py:main               # optional: main(argv) -> exit code, for
                                            # `statekeeper generate --app`
 drill_model: drill_model.py:spark_models   # optional: spark_models(params), for `drill --spark`
+migrations:                                # optional, per store of this version: how
+  counts: {record: migrations.py:counts_v2}  # `statekeeper upgrade migrate` turns the old
+                                           # version's state into this one's
 ```
 Precedence: defaults < spec file < ``STATEKEEPER_*`` environment variables < overrides
 (``--set``). The whole spec is validated at load; a problem names the field and the line.
@@ -31,7 +34,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -42,6 +45,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     WithJsonSchema,
+    model_validator,
 )
 
 from statekeeper.app.app_files import (
@@ -104,6 +108,51 @@ class SparkSpec(BaseModel):
     )
 
 
+#: The kinds of a store's migration: per record, or the whole store at once.
+MIGRATION_KINDS = ("record", "store")
+
+
+class StoreMigrationSpec(BaseModel):
+    """How one store's old state becomes this version's: exactly one of ``record``
+    (``migrate(key, value) -> (key, value) | None``, None drops the key) or ``store``
+    (``migrate_store(items) -> items``, for re-keying or merging), each a
+    "file.py:function" (relative to the spec) or "package.module:function"."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"oneOf": [{"required": ["record"]}, {"required": ["store"]}]},
+    )
+
+    record: str | None = Field(
+        None,
+        pattern=FUNCTION_REF,
+        description="migrate(key, value) -> (key, value) | None: called per old entry, decoded "
+        "with the old serdes; None drops the key",
+    )
+    store: str | None = Field(
+        None,
+        pattern=FUNCTION_REF,
+        description="migrate_store(items) -> items: called once per task with the old "
+        "entries, an iterable of (key, value); returns the new ones",
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> StoreMigrationSpec:
+        if (self.record is None) == (self.store is None):
+            raise ValueError("give exactly one of record: or store:")
+        return self
+
+    @property
+    def kind(self) -> Literal["record", "store"]:
+        """``record`` or ``store``."""
+        return "record" if self.record is not None else "store"
+
+    @property
+    def ref(self) -> str:
+        """The function's reference."""
+        return str(self.record if self.record is not None else self.store)
+
+
 class AppSpec(BaseModel):
     """What to run: the topology factory, its parameters, settings and Spark options."""
 
@@ -157,6 +206,12 @@ class AppSpec(BaseModel):
         "compares the restored stores with",
     )
 
+    migrations: dict[str, StoreMigrationSpec] = Field(
+        default_factory=dict,
+        description="Per store of this version: how `statekeeper upgrade migrate` turns the "
+        "old version's state into this one's (docs/changing-apps.md#migrating-state)",
+    )
+
     _source: SpecSource | None = PrivateAttr(default=None)
 
     @property
@@ -204,25 +259,19 @@ class AppSpec(BaseModel):
 
     def _function(self, field: str, import_file: Callable[[Path], ModuleType]) -> Any:
         """The function ``field`` names, its file imported with ``import_file``."""
-        module_name, _, func_name = str(getattr(self, field)).rpartition(":")
-        named = self._named(field)
-        try:
-            if module_name.endswith(".py"):
-                module = import_file(Path(module_name))
-            else:
-                module = importlib.import_module(module_name)
-        except SyntaxError as exc:
-            raise ConfigError(
-                f"{named}: syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
-            ) from exc
-        except (ImportError, OSError) as exc:
-            raise ConfigError(f"app spec {named}: cannot import: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - the module's own code failed at import
-            raise ConfigError(f"{named}: importing it raised {_raised(exc)}") from exc
-        function = getattr(module, func_name, None)
-        if not callable(function):
-            raise ConfigError(f"app spec {named}: no function {func_name!r}")
-        return function
+        return _import_function(str(getattr(self, field)), self._named(field), import_file)
+
+    def migration_function(self, store: str) -> Any:
+        """The function ``migrations.<store>`` names, imported like the topology file (its
+        code pickled by value, so Spark executors run it without importing the file)."""
+        declared = self.migrations.get(store)
+        if declared is None:
+            raise ConfigError(f"app {self.application_id!r} declares no migration of store {store}")
+        where = self.where("migrations", store, declared.kind)
+        named = f"migrations.{store}.{declared.kind} {declared.ref!r}" + (
+            f" ({where})" if where else ""
+        )
+        return _import_function(declared.ref, named, import_topology_file)
 
     def app_function(self, field: str) -> Any:
         """The function the spec's ``generator:`` or ``drill_model:`` names, imported (a file:
@@ -253,6 +302,29 @@ class AppSpec(BaseModel):
                 f"{named}: {func_name}() returned None, not a Topology (a missing `return`?)"
             )
         return built
+
+
+def _import_function(ref: str, named: str, import_file: Callable[[Path], ModuleType]) -> Any:
+    """The function ``ref`` ("file.py:function" or "module:function") names, its file
+    imported with ``import_file``; ``named`` says which field, for messages."""
+    module_name, _, func_name = ref.rpartition(":")
+    try:
+        if module_name.endswith(".py"):
+            module = import_file(Path(module_name))
+        else:
+            module = importlib.import_module(module_name)
+    except SyntaxError as exc:
+        raise ConfigError(
+            f"{named}: syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
+        ) from exc
+    except (ImportError, OSError) as exc:
+        raise ConfigError(f"app spec {named}: cannot import: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - the module's own code failed at import
+        raise ConfigError(f"{named}: importing it raised {_raised(exc)}") from exc
+    function = getattr(module, func_name, None)
+    if not callable(function):
+        raise ConfigError(f"app spec {named}: no function {func_name!r}")
+    return function
 
 
 def spec_json_schema() -> dict[str, Any]:
@@ -301,13 +373,18 @@ def load_app_spec(path: str | Path) -> AppSpec:
     for field in APP_FUNCTIONS:
         if field in raw:
             raw[field] = absolute_ref(path, raw[field])
+    _absolute_migration_refs(path, raw)
     try:
         spec = AppSpec(**raw)
     except ValidationError as exc:
         raise ConfigError(f"invalid app spec: {_spec_problems(exc, source, raw)}") from exc
     spec._source = source
-    refs = {field: getattr(spec, field) for field in APP_FUNCTIONS}
-    problems = function_file_problems(refs, source.where) + _supervision_problems(
+    refs: dict[str, str | None] = {field: getattr(spec, field) for field in APP_FUNCTIONS}
+    wheres = {field: source.where(field) for field in APP_FUNCTIONS}
+    for store, declared in spec.migrations.items():
+        field = f"migrations.{store}.{declared.kind}"
+        refs[field], wheres[field] = declared.ref, source.where("migrations", store, declared.kind)
+    problems = function_file_problems(refs, wheres.__getitem__) + _supervision_problems(
         spec.supervision, source
     )
     try:  # the settings too, so a typo fails before Spark starts
@@ -321,10 +398,24 @@ def load_app_spec(path: str | Path) -> AppSpec:
     return spec
 
 
+def _absolute_migration_refs(path: Path, raw: dict[str, Any]) -> None:
+    """``migrations.<store>.record|store`` with their files made absolute (in place)."""
+    migrations = raw.get("migrations")
+    if not isinstance(migrations, dict):
+        return
+    for declared in migrations.values():
+        if isinstance(declared, dict):
+            for kind in MIGRATION_KINDS:
+                if kind in declared:
+                    declared[kind] = absolute_ref(path, declared[kind])
+
+
 def _known_fields(loc: tuple[Any, ...]) -> list[str]:
     """The field names a model has at ``loc`` (for the close names of an unknown field)."""
     if loc[:1] == ("spark",) and len(loc) <= 2:
         return list(SparkSpec.model_fields)
+    if loc[:1] == ("migrations",) and len(loc) == 3:
+        return list(StoreMigrationSpec.model_fields)
     if len(loc) <= 1:
         return list(AppSpec.model_fields)
     return []
@@ -335,9 +426,9 @@ def _spec_problems(exc: ValidationError, source: SpecSource, raw: Mapping[str, A
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         name = ".".join(loc) or "spec"
-        if err["type"] == "string_pattern_mismatch" and loc in (
-            ("topology",),
-            *((field,) for field in APP_FUNCTIONS),
+        migration_ref = len(loc) == 3 and loc[0] == "migrations" and loc[2] in MIGRATION_KINDS
+        if err["type"] == "string_pattern_mismatch" and (
+            migration_ref or loc in (("topology",), *((field,) for field in APP_FUNCTIONS))
         ):
             err = {**err, "msg": 'expected "file.py:function" or "package.module:function"'}
         problems.append(describe_error(err, name, source.where(*loc), _known_fields(loc)))

@@ -1,0 +1,212 @@
+"""Migrating one task: the old version's committed state in, the new version's out.
+
+:func:`migrate_task` reads the old task's state as its last commit left it
+(:mod:`statekeeper.migration.old_state`: a scratch copy from the newest verified snapshot
+and the changelog tail, read-only), iterates each store decoded with the OLD serdes, applies
+the store's step (:mod:`statekeeper.migration.store_plan`: copy, migrate, start empty or
+skip), and writes the result through the NEW version's stores of the NEW application id: a
+:class:`~statekeeper.state.task_state_manager.TaskStateManager` opened for the new app's
+task, whose change-logging layer writes ``<new-app>-<store>-changelog``. It then commits at
+the old task's batch id and source offsets (source topics only: the old app's repartition
+topics are not the new one's), so the new changelogs' commit markers sit at the same source
+offsets as the old ones (invariant 2), and optionally snapshots the new task.
+
+No Spark here: the job (:mod:`statekeeper.migration.job`) runs this once per task, on Spark
+or in a loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from statekeeper.migration.functions import (
+    MigrationError,
+    StoreCounts,
+    StoreMigration,
+    migrated_entries,
+)
+from statekeeper.migration.old_state import StorageOpener, committed_batch, old_task_state
+from statekeeper.migration.store_plan import StoreAction, StoreStep
+from statekeeper.settings import StatekeeperSettings
+from statekeeper.state.environment import StateEnvironment
+from statekeeper.state.task_id import TaskId
+from statekeeper.stores.typed import KeyValueStore, WindowStore
+
+#: Entries written to a key-value store per ``put_all``.
+WRITE_CHUNK = 10_000
+
+
+@dataclass(frozen=True)
+class MigrationJob:
+    """What every task's migration needs; picklable (it travels to Spark executors):
+    settings, topologies, the store steps, the declared migrations (their functions are
+    pickled by value, like the topology's), the source topics whose offsets are carried,
+    and whether to snapshot each migrated task (with the new fingerprint, JSON)."""
+
+    old_settings: StatekeeperSettings
+    new_settings: StatekeeperSettings
+    old_topology: Any
+    new_topology: Any
+    steps: tuple[StoreStep, ...]
+    migrations: dict[str, StoreMigration]
+    source_topics: frozenset[str]
+    snapshot: bool = False
+    new_fingerprint: dict[str, Any] | None = None
+
+    def step(self, store: str) -> StoreStep:
+        return next(s for s in self.steps if s.store == store)
+
+
+@dataclass
+class TaskMigration:
+    """One task's result: the batch id and source offsets its new markers carry, and per
+    store of the new version what was read, written and dropped. ``note``: why nothing was
+    written (the old task never committed)."""
+
+    task_id: str
+    batch_id: int | None
+    source_offsets: dict[str, int] = field(default_factory=dict)
+    stores: dict[str, StoreCounts] = field(default_factory=dict)
+    snapshots: list[str] = field(default_factory=list)
+    note: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def migrated(self) -> bool:
+        return self.note is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task_id,
+            "batch_id": self.batch_id,
+            "source_offsets": dict(self.source_offsets),
+            "stores": {name: counts.as_dict() for name, counts in sorted(self.stores.items())},
+            "snapshots": list(self.snapshots),
+            "note": self.note,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def migrate_task(
+    job: MigrationJob,
+    task_id: str,
+    *,
+    storage: StorageOpener | None = None,
+    scratch_root: Path | None = None,
+) -> TaskMigration:
+    """Migrate task ``task_id`` (module docstring). ``storage``: the old app's snapshots
+    (default: its snapshot storage); ``scratch_root``: where the old task's scratch copy
+    goes (default: the temporary directory)."""
+    started = time.perf_counter()
+    tid = TaskId.parse(task_id)
+    old_specs = job.old_topology.store_specs(tid.subtopology)
+    new_specs = job.new_topology.store_specs(tid.subtopology)
+    with old_task_state(
+        job.old_settings,
+        task_id,
+        tid.partition,
+        old_specs,
+        storage=storage,
+        scratch_root=scratch_root,
+    ) as old:
+        batch_id, offsets, behind = committed_batch(old)
+        if behind:
+            raise MigrationError(
+                f"task {task_id} of {job.old_settings.application_id}: stores {behind} are "
+                f"not at batch {batch_id} like the others (a commit cut short between its "
+                "markers): start the old version once, which settles it, then migrate"
+            )
+        if batch_id is None:
+            return TaskMigration(
+                task_id, None, note="the old task never committed: nothing to migrate"
+            )
+        carried = {
+            tp: offset
+            for tp, offset in offsets.items()
+            if tp.rpartition(":")[0] in job.source_topics
+        }
+        result = TaskMigration(task_id, batch_id, carried)
+        env = StateEnvironment(job.new_settings)
+        try:
+            new = env.task(task_id, tid.partition, new_specs)
+            new.open()
+            try:
+                if new.last_batch_id is not None:
+                    raise MigrationError(
+                        f"task {task_id} of {job.new_settings.application_id} has committed "
+                        f"state already (batch {new.last_batch_id}): migrate writes a new "
+                        "application id's first state; delete that app's state and changelogs "
+                        "to migrate again"
+                    )
+                for spec in new_specs:
+                    result.stores[spec.name] = _write_store(job, old, new, spec)
+                new.commit(batch_id, carried)
+                if job.snapshot:
+                    result.snapshots = _snapshot(job, new)
+            finally:
+                new.close()
+        finally:
+            env.close()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _write_store(job: MigrationJob, old: Any, new: Any, spec: Any) -> StoreCounts:
+    step = job.step(spec.name)
+    counts = StoreCounts()
+    if step.action is StoreAction.EMPTY:
+        return counts
+    source, target = old.store(spec.name), new.store(spec.name)
+    entries = _entries(source)
+    if step.action is StoreAction.MIGRATE:
+        migration = job.migrations.get(spec.name)
+        if migration is None:  # store_steps only says migrate when one is declared
+            raise MigrationError(f"store {spec.name}: no migration function given")
+        entries = migrated_entries(migration, entries, counts)
+    else:
+        entries = _counted(entries, counts)
+    if isinstance(target, WindowStore):
+        for (key, window_start), value in entries:
+            if target.put(key, value, window_start):
+                counts.written += 1
+            else:  # past the new store's retention
+                counts.dropped += 1
+        return counts
+    assert isinstance(target, KeyValueStore)
+    iterator = iter(entries)
+    while chunk := list(islice(iterator, WRITE_CHUNK)):
+        target.put_all(chunk)
+        counts.written += len(chunk)
+    return counts
+
+
+def _entries(store: Any) -> Iterator[tuple[Any, Any]]:
+    """A store's committed entries decoded with its (old) serdes; a window store's keys are
+    ``(key, window_start)``."""
+    if isinstance(store, WindowStore):
+        return (((key, start), value) for key, start, value in store.all())
+    return iter(store.all())
+
+
+def _counted(entries: Iterable[tuple[Any, Any]], counts: StoreCounts) -> Iterator[tuple[Any, Any]]:
+    for entry in entries:
+        counts.read += 1
+        yield entry
+
+
+def _snapshot(job: MigrationJob, task: Any) -> list[str]:
+    """Snapshot the new task right after its commit; the snapshot ids."""
+    import tempfile
+
+    from statekeeper.snapshots.create import snapshot_task
+    from statekeeper.snapshots.storage import storage_for
+
+    storage = storage_for(job.new_settings, create=True)
+    with tempfile.TemporaryDirectory(prefix="statekeeper-migrate-snapshot-") as staging:
+        results = snapshot_task(task, storage, Path(staging), topology=job.new_fingerprint)
+    return [r.manifest.snapshot_id for r in results]
