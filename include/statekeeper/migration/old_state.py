@@ -50,6 +50,8 @@ def old_task_state(
     at its last commit (module docstring), in a scratch directory (under ``scratch_root``,
     default the temporary directory) removed afterwards. ``storage``: where its snapshots
     are (default: the old app's snapshot storage; None found means a full replay)."""
+    if scratch_root is not None:
+        Path(scratch_root).mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"statekeeper-migrate-{task_id}-", dir=scratch_root))
     try:
         local = scratch_settings(settings, scratch)

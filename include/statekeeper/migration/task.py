@@ -73,6 +73,9 @@ class TaskMigration:
     source_offsets: dict[str, int] = field(default_factory=dict)
     stores: dict[str, StoreCounts] = field(default_factory=dict)
     snapshots: list[str] = field(default_factory=list)
+    #: Per old store, where its state was read from: ``snapshot <id>`` (then the changelog
+    #: tail) or ``changelog`` (the whole changelog).
+    read_from: dict[str, str] = field(default_factory=dict)
     note: str | None = None
     seconds: float = 0.0
 
@@ -87,6 +90,7 @@ class TaskMigration:
             "source_offsets": dict(self.source_offsets),
             "stores": {name: counts.as_dict() for name, counts in sorted(self.stores.items())},
             "snapshots": list(self.snapshots),
+            "read_from": dict(sorted(self.read_from.items())),
             "note": self.note,
             "seconds": round(self.seconds, 3),
         }
@@ -130,7 +134,7 @@ def migrate_task(
             for tp, offset in offsets.items()
             if tp.rpartition(":")[0] in job.source_topics
         }
-        result = TaskMigration(task_id, batch_id, carried)
+        result = TaskMigration(task_id, batch_id, carried, read_from=_read_from(old))
         env = StateEnvironment(job.new_settings)
         try:
             new = env.task(task_id, tid.partition, new_specs)
@@ -154,6 +158,17 @@ def migrate_task(
             env.close()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _read_from(old: Any) -> dict[str, str]:
+    found = {}
+    for slot in old.slots:
+        install = old.installs.get(slot.spec.name) or {}
+        if install.get("source") == "snapshot":
+            found[slot.spec.name] = f"snapshot {install.get('snapshot_id')}"
+        elif slot.topic is not None:
+            found[slot.spec.name] = "changelog"
+    return found
 
 
 def _write_store(job: MigrationJob, old: Any, new: Any, spec: Any) -> StoreCounts:

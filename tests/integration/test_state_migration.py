@@ -1,0 +1,236 @@
+"""State migration against a real broker, no Spark (issue 24, item 2): v1 counts words as
+ints and commits (one snapshot, then a changelog tail); ``migrate_app`` moves the state to
+v2 (counts as JSON through a per-record migration, a new store, a new application id). v2's
+stores restored from v2's changelogs alone in a fresh directory hold each v1 value
+migrated, and its markers carry v1's batch id and source offsets."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from statekeeper.app.spec import load_app_spec
+from statekeeper.app.topics import prepare_topics
+from statekeeper.kafka.adapter import producer_config
+from statekeeper.kafka.admin import ensure_topic
+from statekeeper.kafka.model import OffsetRange
+from statekeeper.migration import MigrationError, StoreAction, migrate_app
+from statekeeper.settings import load_settings
+from statekeeper.snapshots import SnapshotStorage, list_snapshots
+from statekeeper.state.environment import StateEnvironment
+from statekeeper.versions import read_recorded
+from statekeeper.worker.task_run import TaskRun
+from statekeeper.worker.task_runner import (
+    _services,
+    close_worker_services,
+    run_share,
+    settings_to_json,
+)
+
+PARTITIONS = 2
+
+TOPOLOGY = """
+from statekeeper.processing.dsl import Materialized, StreamsBuilder
+
+
+def build(topic, value_serde="int", lengths=False):
+    builder = StreamsBuilder()
+    grouped = builder.stream(topic, key_serde="str", value_serde="str").group_by_key()
+    grouped.count(Materialized.as_("counts").with_serdes("str", value_serde))
+    if lengths:
+        grouped.aggregate(
+            lambda: 0,
+            lambda _key, line, total: total + len(line),
+            Materialized.as_("lengths").with_serdes("str", "int"),
+        )
+    return builder.build()
+"""
+
+MIGRATIONS = """
+def counts_v2(key, value):
+    if key == "drop-me":
+        return None
+    return key, {"count": value, "from": "v1"}
+"""
+
+
+def _write_specs(folder: Path, topic: str, old_app: str, new_app: str) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "topology.py").write_text(TOPOLOGY)
+    (folder / "migrations.py").write_text(MIGRATIONS)
+    v1 = folder / "v1.yaml"
+    v1.write_text(
+        f"application_id: {old_app}\ntopology: topology.py:build\nparams: {{topic: {topic}}}\n"
+    )
+    v2 = folder / "v2.yaml"
+    v2.write_text(
+        f"application_id: {new_app}\ntopology: topology.py:build\n"
+        f"params: {{topic: {topic}, value_serde: json, lengths: true}}\n"
+        "migrations:\n  counts: {record: migrations.py:counts_v2}\n"
+    )
+    return v1, v2
+
+
+def _settings(broker: Any, state_dir: Path, app: str) -> Any:
+    return load_settings(
+        bootstrap_servers=broker.bootstrap_servers,
+        application_id=app,
+        state_dir=state_dir,
+        checkpoint_dir=state_dir.parent / "ckpt",
+        status_port=None,
+    )
+
+
+def _run_v1(
+    settings: Any,
+    topology: Any,
+    topic: str,
+    batch_id: int,
+    ends: list[tuple[int, int]],
+    snapshot: str | None = None,
+) -> None:
+    runs = [
+        TaskRun(
+            f"0_{p}",
+            0,
+            p,
+            (OffsetRange(topic, p, start, end),),
+            batch_id,
+            1_000 * batch_id,
+            force_commit=True,
+            snapshot_request=snapshot,
+        )
+        for p, (start, end) in enumerate(ends)
+    ]
+    settings_json = settings_to_json(settings)
+    results = run_share(0, [runs], uuid.uuid4().hex, topology, settings_json)
+    assert all(r.committed for r in results if hasattr(r, "committed"))
+    if snapshot is not None:
+        assert _services(settings_json).snapshots.uploader.wait_idle(30)
+
+
+def _read_back(settings: Any, topology: Any, task_id: str) -> tuple[dict[str, dict], Any, Any]:
+    """Every store of a task restored from its changelogs alone (no snapshot) in a fresh
+    state directory, read-only; with the task's committed batch id and source offsets."""
+    env = StateEnvironment(settings, read_only=True)
+    try:
+        task = env.task(task_id, int(task_id.split("_")[1]), topology.store_specs(0))
+        task.open()
+        try:
+            stores = {name: dict(store.all()) for name, store in task.stores.items()}
+            return stores, task.last_batch_id, task.committed_offsets
+        finally:
+            task.close()
+    finally:
+        env.close()
+
+
+def test_migrate_v1_counts_to_v2_json_under_a_new_app_id(
+    broker, admin, topic_name, tmp_path
+) -> None:
+    ensure_topic(admin, topic_name, PARTITIONS)
+    old_app, new_app = (f"mig-{v}-{uuid.uuid4().hex[:6]}" for v in ("v1", "v2"))
+    v1_path, v2_path = _write_specs(tmp_path / "app", topic_name, old_app, new_app)
+    v1_spec, v2_spec = load_app_spec(v1_path), load_app_spec(v2_path)
+    v1_settings = _settings(broker, tmp_path / "state", old_app)
+    v2_settings = _settings(broker, tmp_path / "state", new_app)
+    v1 = v1_spec.build_topology()
+
+    words = [f"w{i % 7}" for i in range(40)] + ["drop-me"] * 3
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    sent: list[Counter[str]] = [Counter() for _ in range(PARTITIONS)]
+    for word in words:
+        partition = hash(word) % PARTITIONS if word != "drop-me" else 0
+        producer.produce(topic_name, b"x", word.encode(), partition=partition)
+        sent[partition][word] += 1
+    assert producer.flush(15) == 0
+    ends = [sum(c.values()) for c in sent]
+
+    # v1 runs: batch 4 over the first half (snapshotted), batch 5 over the rest (a changelog
+    # tail after the snapshot's marker).
+    prepare_topics(admin, v1, old_app, 30.0)
+    half = [end // 2 for end in ends]
+    _run_v1(v1_settings, v1, topic_name, 4, [(0, h) for h in half], snapshot="req-1")
+    _run_v1(v1_settings, v1, topic_name, 5, list(zip(half, ends, strict=True)))
+    close_worker_services()  # v1 stops (its task locks go); migrate never needs them
+    assert list_snapshots(SnapshotStorage((tmp_path / "snapshots").as_uri(), old_app))
+
+    progress: list[str] = []
+    report = migrate_app(
+        v1_spec,
+        v2_spec,
+        old_settings=v1_settings,
+        new_settings=v2_settings,
+        progress=lambda t: progress.append(t.task_id),
+        scratch_root=tmp_path / "scratch",
+    )
+    assert progress == ["0_0", "0_1"]
+    assert {s.store: s.action for s in report.steps} == {
+        "counts": StoreAction.MIGRATE,
+        "lengths": StoreAction.EMPTY,
+        "sk-task-state-0": StoreAction.COPY,
+    }
+    by_task = {t.task_id: t for t in report.tasks}
+    assert by_task["0_0"].stores["counts"].dropped == 1  # drop-me
+    assert all(t.batch_id == 5 and t.snapshots for t in report.tasks)
+    assert all(t.read_from["counts"].startswith("snapshot ") for t in report.tasks)
+    assert read_recorded(tmp_path / "state" / new_app) is not None
+    assert not list((tmp_path / "scratch").iterdir())  # scratch copies removed
+
+    v2 = v2_spec.build_topology()
+    fresh = tmp_path / "fresh"
+    for p in range(PARTITIONS):
+        tid = f"0_{p}"
+        old_stores, old_batch, old_offsets = _read_back(
+            v1_settings.model_copy(update={"state_dir": fresh / "v1"}), v1, tid
+        )
+        new_stores, new_batch, new_offsets = _read_back(
+            v2_settings.model_copy(update={"state_dir": fresh / "v2"}), v2, tid
+        )
+        assert old_stores["counts"] == {w: n for w, n in sent[p].items()}
+        assert new_stores["counts"] == {
+            w: {"count": n, "from": "v1"} for w, n in old_stores["counts"].items() if w != "drop-me"
+        }
+        assert new_stores["lengths"] == {}
+        assert new_stores["sk-task-state-0"] == old_stores["sk-task-state-0"]
+        assert (
+            (new_batch, new_offsets)
+            == (old_batch, old_offsets)
+            == (5, {f"{topic_name}:{p}": ends[p]})
+        )
+        counts = by_task[tid].stores["counts"]
+        assert (counts.read, counts.written) == (
+            len(old_stores["counts"]),
+            len(new_stores["counts"]),
+        )
+
+    # Migrating again onto the new app's committed state is refused, naming it.
+    with pytest.raises(MigrationError, match=f"task 0_0 of {new_app} has committed state already"):
+        migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
+
+
+def test_refusals_before_anything_is_written(broker, admin, topic_name, tmp_path) -> None:
+    ensure_topic(admin, topic_name, PARTITIONS)
+    app = f"mig-same-{uuid.uuid4().hex[:6]}"
+    v1_path, v2_path = _write_specs(tmp_path / "app", topic_name, app, app)
+    v1_spec, v2_spec = load_app_spec(v1_path), load_app_spec(v2_path)
+    settings = _settings(broker, tmp_path / "state", app)
+    with pytest.raises(MigrationError, match="both application id"):
+        migrate_app(v1_spec, v2_spec, old_settings=settings, new_settings=settings)
+    # v2 without its migration: counts needs one.
+    bare = tmp_path / "app" / "v2-bare.yaml"
+    bare.write_text(v2_path.read_text().split("migrations:")[0].replace(app, app + "-2"))
+    with pytest.raises(
+        MigrationError, match="store counts: value serde int -> json: needs a migration"
+    ):
+        migrate_app(
+            v1_spec,
+            load_app_spec(bare),
+            old_settings=settings,
+            new_settings=_settings(broker, tmp_path / "state", app + "-2"),
+        )
