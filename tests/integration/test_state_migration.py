@@ -6,6 +6,7 @@ migrated, and its markers carry v1's batch id and source offsets."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -16,6 +17,7 @@ from confluent_kafka import Producer
 
 from statekeeper.app.spec import load_app_spec
 from statekeeper.app.topics import prepare_topics
+from statekeeper.cli import main
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import OffsetRange
@@ -131,7 +133,7 @@ def _read_back(settings: Any, topology: Any, task_id: str) -> tuple[dict[str, di
 
 
 def test_migrate_v1_counts_to_v2_json_under_a_new_app_id(
-    broker, admin, topic_name, tmp_path
+    broker, admin, topic_name, tmp_path, capsys
 ) -> None:
     ensure_topic(admin, topic_name, PARTITIONS)
     old_app, new_app = (f"mig-{v}-{uuid.uuid4().hex[:6]}" for v in ("v1", "v2"))
@@ -213,8 +215,52 @@ def test_migrate_v1_counts_to_v2_json_under_a_new_app_id(
     with pytest.raises(MigrationError, match=f"task 0_0 of {new_app} has committed state already"):
         migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
 
+    # The command, without Spark: a progress line per task, the report as JSON.
+    v3_path = v2_path.with_name("v3.yaml")
+    v3_path.write_text(v2_path.read_text().replace(new_app, f"{new_app}-3"))
+    common = ["--bootstrap", broker.bootstrap_servers, "--set", f"state_dir={tmp_path / 'state'}"]
+    code = main(
+        [
+            "upgrade",
+            "migrate",
+            "--app",
+            str(v3_path),
+            "--from",
+            str(v1_path),
+            "--local",
+            "--json",
+            *common,
+        ]
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    payload = json.loads(out.out)
+    assert payload["new_application_id"] == f"{new_app}-3" and not payload["on_spark"]
+    assert [t["task"] for t in payload["tasks"]] == ["0_0", "0_1"]
+    assert payload["tasks"][0]["stores"]["counts"]["dropped"] == 1
+    code = main(
+        [
+            "upgrade",
+            "migrate",
+            "--app",
+            str(v3_path.with_name("v4.yaml")),
+            "--from",
+            str(v1_path),
+            "--local",
+            *common,
+        ]
+    )
+    assert code == 2 and "cannot read app spec" in capsys.readouterr().err
+    v4_path = v2_path.with_name("v4.yaml")
+    v4_path.write_text(v3_path.read_text().replace(f"{new_app}-3", f"{new_app}-4"))
+    code = main(
+        ["upgrade", "migrate", "--app", str(v4_path), "--from", str(v1_path), "--local", *common]
+    )
+    assert code == 0
+    assert "task 0_1: batch 5, counts " in capsys.readouterr().err
 
-def test_refusals_before_anything_is_written(broker, admin, topic_name, tmp_path) -> None:
+
+def test_refusals_before_anything_is_written(broker, admin, topic_name, tmp_path, capsys) -> None:
     ensure_topic(admin, topic_name, PARTITIONS)
     app = f"mig-same-{uuid.uuid4().hex[:6]}"
     v1_path, v2_path = _write_specs(tmp_path / "app", topic_name, app, app)

@@ -9,17 +9,26 @@ committed at the old source offsets), :mod:`job` (every task, on Spark or in a l
 
 from statekeeper.migration.functions import (
     MigrationError,
+    MigrationRefused,
     StoreCounts,
     StoreMigration,
     migrated_entries,
 )
-from statekeeper.migration.job import MigrationReport, migrate_app, prepare_migration
+from statekeeper.migration.job import (
+    MigrationReport,
+    PreparedMigration,
+    migrate_app,
+    prepare_migration,
+    run_migration,
+)
 from statekeeper.migration.store_plan import StoreAction, StoreStep, store_steps
 from statekeeper.migration.task import MigrationJob, TaskMigration, migrate_task
 
 __all__ = [
     "MigrationError",
     "MigrationJob",
+    "MigrationRefused",
+    "PreparedMigration",
     "MigrationReport",
     "StoreAction",
     "StoreCounts",
@@ -30,5 +39,6 @@ __all__ = [
     "migrate_task",
     "migrated_entries",
     "prepare_migration",
+    "run_migration",
     "store_steps",
 ]

@@ -28,6 +28,11 @@ class MigrationError(StatekeeperError):
     task or key where it happened)."""
 
 
+class MigrationRefused(MigrationError):
+    """The two versions' state cannot be migrated as declared (a store needs a migration
+    none is declared for, repartitioning, ...): nothing was written."""
+
+
 @dataclass(frozen=True)
 class StoreMigration:
     """One store's migration: its kind, the function and where it was declared (``ref``)."""

@@ -32,7 +32,11 @@ from statekeeper.migration.task import MigrationJob, TaskMigration, migrate_task
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.task_id import TaskId
 from statekeeper.versions.compatibility import compare
-from statekeeper.versions.fingerprint import FingerprintError, fingerprint_of
+from statekeeper.versions.fingerprint import (
+    FingerprintError,
+    TopologyFingerprint,
+    fingerprint_of,
+)
 from statekeeper.versions.recorded import read_recorded, state_root, write_recorded
 
 #: Called once per task as it finishes (locally) or once the job is collected (Spark).
@@ -80,16 +84,49 @@ def migrate_app(
     migrated task into the new app's snapshot storage; ``scratch_root``: where the old
     tasks' scratch copies go (local runs)."""
     started = time.perf_counter()
-    old_settings = old_settings or old_spec.resolved_settings()
-    new_settings = new_settings or new_spec.resolved_settings()
-    job, tasks, notes = prepare_migration(
-        old_spec, new_spec, old_settings, new_settings, snapshot=snapshot
+    prepared = prepare_migration(
+        old_spec,
+        new_spec,
+        old_settings or old_spec.resolved_settings(),
+        new_settings or new_spec.resolved_settings(),
+        snapshot=snapshot,
     )
+    report = run_migration(
+        prepared,
+        spark_context=spark_context,
+        progress=progress,
+        scratch_root=scratch_root,
+    )
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+@dataclass(frozen=True)
+class PreparedMigration:
+    """What :func:`prepare_migration` decided: the job every task runs, the stateful task
+    ids (sorted) and notes."""
+
+    job: MigrationJob
+    tasks: list[str]
+    notes: list[str]
+
+
+def run_migration(
+    prepared: PreparedMigration,
+    *,
+    spark_context: Any = None,
+    progress: Progress | None = None,
+    scratch_root: Path | None = None,
+) -> MigrationReport:
+    """Run a prepared migration's tasks (on Spark when ``spark_context`` is given) and
+    record the new version's fingerprint in its state root."""
+    started = time.perf_counter()
+    job, tasks = prepared.job, prepared.tasks
     report = MigrationReport(
-        old_settings.application_id,
-        new_settings.application_id,
+        job.old_settings.application_id,
+        job.new_settings.application_id,
         list(job.steps),
-        notes=notes,
+        notes=list(prepared.notes),
         on_spark=spark_context is not None,
     )
     if spark_context is not None:
@@ -110,8 +147,8 @@ def migrate_app(
                 progress(result)
     assert job.new_fingerprint is not None
     write_recorded(
-        state_root(new_settings.state_dir, new_settings.application_id),
-        _fingerprint_from(job.new_fingerprint),
+        state_root(job.new_settings.state_dir, job.new_settings.application_id),
+        TopologyFingerprint.from_dict(job.new_fingerprint),
     )
     report.seconds = time.perf_counter() - started
     return report
@@ -124,9 +161,11 @@ def prepare_migration(
     new_settings: StatekeeperSettings,
     *,
     snapshot: bool = True,
-) -> tuple[MigrationJob, list[str], list[str]]:
-    """The job every task runs, the stateful task ids (sorted) and notes; creates the new
-    app's topics. Raises :class:`MigrationError` for what cannot be migrated."""
+) -> PreparedMigration:
+    """Decide everything before any state is read: the job every task runs, the stateful
+    task ids and notes; creates the new app's topics. Raises
+    :class:`~statekeeper.migration.functions.MigrationRefused` (or another
+    :class:`MigrationError`) for what cannot be migrated."""
     old_app, new_app = old_settings.application_id, new_settings.application_id
     if old_app == new_app:
         raise MigrationError(
@@ -164,7 +203,9 @@ def prepare_migration(
         snapshot=snapshot,
         new_fingerprint=new_fp.to_dict(),
     )
-    return job, sorted(tasks, key=TaskId.parse), _notes(new_topology, new_app, recorded)
+    return PreparedMigration(
+        job, sorted(tasks, key=TaskId.parse), _notes(new_topology, new_app, recorded)
+    )
 
 
 def _recorded_partitions(settings: StatekeeperSettings) -> dict[str, int] | None:
@@ -179,11 +220,10 @@ def _recorded_partitions(settings: StatekeeperSettings) -> dict[str, int] | None
     return None if found is None else found.source_partitions
 
 
-def _newest_snapshot_fingerprint(settings: StatekeeperSettings) -> Any:
+def _newest_snapshot_fingerprint(settings: StatekeeperSettings) -> TopologyFingerprint | None:
     from statekeeper.snapshots.manifest import SnapshotError
     from statekeeper.snapshots.recorded_topology import newest_recorded_topology
     from statekeeper.snapshots.storage import storage_for
-    from statekeeper.versions.fingerprint import TopologyFingerprint
 
     try:
         found = newest_recorded_topology(storage_for(settings, create=False))
@@ -196,12 +236,6 @@ def _newest_snapshot_fingerprint(settings: StatekeeperSettings) -> Any:
         return TopologyFingerprint.from_dict(raw, f"snapshot {manifest.snapshot_id}")
     except FingerprintError:
         return None
-
-
-def _fingerprint_from(raw: dict[str, Any]) -> Any:
-    from statekeeper.versions.fingerprint import TopologyFingerprint
-
-    return TopologyFingerprint.from_dict(raw)
 
 
 def _notes(topology: Any, application_id: str, recorded: dict[str, int] | None) -> list[str]:

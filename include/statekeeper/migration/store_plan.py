@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from statekeeper.migration.functions import MigrationError
+from statekeeper.migration.functions import MigrationRefused
 from statekeeper.versions.compatibility import StoreChange, TopicChange, UpgradePlan
 from statekeeper.versions.fingerprint import TopologyFingerprint
 
@@ -64,7 +64,7 @@ def store_steps(
     new: TopologyFingerprint,
     declared: set[str],
 ) -> list[StoreStep]:
-    """Every store's step, sorted by name; raises :class:`MigrationError` with every
+    """Every store's step, sorted by name; raises :class:`MigrationRefused` with every
     problem (module docstring) in one line."""
     problems = [f"source {t.topic}: {t.detail}" for t in plan.topics if _repartitions(t.change)]
     if problems:
@@ -112,7 +112,7 @@ def store_steps(
             )
         steps.append(StoreStep(name, action, verdict.change, after.subtopology, verdict.detail))
     if problems:
-        raise MigrationError("cannot migrate: " + "; ".join(problems))
+        raise MigrationRefused("cannot migrate: " + "; ".join(problems))
     return sorted(steps, key=lambda s: s.store)
 
 
