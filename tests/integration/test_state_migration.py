@@ -25,6 +25,7 @@ from statekeeper.migration import MigrationError, StoreAction, migrate_app
 from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
 from statekeeper.state.environment import StateEnvironment
+from statekeeper.stores.typed import WindowStore
 from statekeeper.versions import read_recorded
 from statekeeper.worker.task_run import TaskRun
 from statekeeper.worker.task_runner import (
@@ -116,6 +117,13 @@ def _run_v1(
         assert _services(settings_json).snapshots.uploader.wait_idle(30)
 
 
+def _contents(store: Any) -> dict[Any, Any]:
+    """A store's entries; a window store's keyed ``(key, window_start)``."""
+    if isinstance(store, WindowStore):
+        return {(key, start): value for key, start, value in store.all()}
+    return dict(store.all())
+
+
 def _read_back(settings: Any, topology: Any, task_id: str) -> tuple[dict[str, dict], Any, Any]:
     """Every store of a task restored from its changelogs alone (no snapshot) in a fresh
     state directory, read-only; with the task's committed batch id and source offsets."""
@@ -124,7 +132,7 @@ def _read_back(settings: Any, topology: Any, task_id: str) -> tuple[dict[str, di
         task = env.task(task_id, int(task_id.split("_")[1]), topology.store_specs(0))
         task.open()
         try:
-            stores = {name: dict(store.all()) for name, store in task.stores.items()}
+            stores = {name: _contents(store) for name, store in task.stores.items()}
             return stores, task.last_batch_id, task.committed_offsets
         finally:
             task.close()
@@ -280,3 +288,94 @@ def test_refusals_before_anything_is_written(broker, admin, topic_name, tmp_path
             old_settings=settings,
             new_settings=_settings(broker, tmp_path / "state", app + "-2"),
         )
+
+
+WINDOWED = """
+from statekeeper.processing.dsl import Materialized, StreamsBuilder
+from statekeeper.stores.time_windows import TimeWindows
+
+
+def build(topic, retention_ms=3_600_000):
+    builder = StreamsBuilder()
+    grouped = builder.stream(topic, key_serde="str", value_serde="str").group_by_key()
+    grouped.count(Materialized.as_("counts").with_serdes("str", "int"))
+    grouped.windowed_by(TimeWindows.tumbling(60_000)).count(
+        Materialized.as_("per-minute").with_serdes("str", "int").with_retention(retention_ms)
+    )
+    return builder.build()
+"""
+
+BY_PREFIX = """
+def by_prefix(items):
+    totals = {}
+    for word, count in items:
+        totals[word[:2]] = totals.get(word[:2], 0) + count
+    return sorted(totals.items())
+
+
+def windows_times_ten(key, value):
+    word, window_start = key
+    return (word, window_start), value * 10
+"""
+
+
+def test_whole_store_and_window_store_migrations_and_a_task_that_never_committed(
+    broker, admin, topic_name, tmp_path
+) -> None:
+    ensure_topic(admin, topic_name, PARTITIONS)
+    old_app, new_app = (f"mig-w{v}-{uuid.uuid4().hex[:6]}" for v in ("1", "2"))
+    folder = tmp_path / "app"
+    folder.mkdir()
+    (folder / "topology.py").write_text(WINDOWED)
+    (folder / "migrations.py").write_text(BY_PREFIX)
+    (folder / "v1.yaml").write_text(
+        f"application_id: {old_app}\ntopology: topology.py:build\nparams: {{topic: {topic_name}}}\n"
+    )
+    (folder / "v2.yaml").write_text(
+        f"application_id: {new_app}\ntopology: topology.py:build\n"
+        f"params: {{topic: {topic_name}, retention_ms: 7200000}}\n"
+        "migrations:\n  counts: {store: migrations.py:by_prefix}\n"
+        "  per-minute: {record: migrations.py:windows_times_ten}\n"
+    )
+    v1_spec, v2_spec = load_app_spec(folder / "v1.yaml"), load_app_spec(folder / "v2.yaml")
+    v1_settings = _settings(broker, tmp_path / "state", old_app)
+    v2_settings = _settings(broker, tmp_path / "state", new_app)
+    v1 = v1_spec.build_topology()
+    words = ["ab1", "ab2", "ab1", "cd1", "cd2", "ef1"]
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    for word in words:  # all on partition 0: task 0_1 never runs
+        producer.produce(topic_name, b"x", word.encode(), partition=0)
+    assert producer.flush(15) == 0
+
+    prepare_topics(admin, v1, old_app, 30.0)
+    runs = [
+        TaskRun(
+            "0_0", 0, 0, (OffsetRange(topic_name, 0, 0, len(words)),), 2, 2_000, force_commit=True
+        )
+    ]
+    results = run_share(0, [runs], uuid.uuid4().hex, v1, settings_to_json(v1_settings))
+    assert all(r.committed for r in results if hasattr(r, "committed"))
+    close_worker_services()
+
+    report = migrate_app(
+        v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings, snapshot=False
+    )
+    by_task = {t.task_id: t for t in report.tasks}
+    assert by_task["0_1"].note == "the old task never committed: nothing to migrate"
+    assert by_task["0_0"].read_from["counts"] == "changelog"  # no snapshot was taken
+    counts = by_task["0_0"].stores["counts"]
+    assert (counts.read, counts.written, counts.dropped) == (5, 3, 0)
+
+    old_stores, old_batch, old_offsets = _read_back(
+        v1_settings.model_copy(update={"state_dir": tmp_path / "fresh1"}), v1, "0_0"
+    )
+    new_stores, new_batch, new_offsets = _read_back(
+        v2_settings.model_copy(update={"state_dir": tmp_path / "fresh2"}),
+        v2_spec.build_topology(),
+        "0_0",
+    )
+    assert new_stores["counts"] == {"ab": 3, "cd": 2, "ef": 1}
+    assert old_stores["per-minute"] and new_stores["per-minute"] == {
+        key: n * 10 for key, n in old_stores["per-minute"].items()
+    }
+    assert (new_batch, new_offsets) == (old_batch, old_offsets) == (2, {f"{topic_name}:0": 6})

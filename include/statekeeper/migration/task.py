@@ -108,8 +108,8 @@ def migrate_task(
     goes (default: the temporary directory)."""
     started = time.perf_counter()
     tid = TaskId.parse(task_id)
-    old_specs = job.old_topology.store_specs(tid.subtopology)
     new_specs = job.new_topology.store_specs(tid.subtopology)
+    old_specs = _carried_specs(job, tid.subtopology)
     with old_task_state(
         job.old_settings,
         task_id,
@@ -127,7 +127,11 @@ def migrate_task(
             )
         if batch_id is None:
             return TaskMigration(
-                task_id, None, note="the old task never committed: nothing to migrate"
+                task_id,
+                None,
+                note="the old task never committed: nothing to migrate"
+                if old_specs
+                else "no store of the old task is carried: it starts empty",
             )
         carried = {
             tp: offset
@@ -158,6 +162,14 @@ def migrate_task(
             env.close()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _carried_specs(job: MigrationJob, subtopology: int) -> list[Any]:
+    """The old task's stores that are copied or migrated (dropped ones are not read)."""
+    if subtopology not in {sub.id for sub in job.old_topology.subtopologies}:
+        return []
+    carried = {s.store for s in job.steps if s.action in (StoreAction.COPY, StoreAction.MIGRATE)}
+    return [spec for spec in job.old_topology.store_specs(subtopology) if spec.name in carried]
 
 
 def _read_from(old: Any) -> dict[str, str]:
