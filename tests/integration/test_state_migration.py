@@ -379,3 +379,57 @@ def test_whole_store_and_window_store_migrations_and_a_task_that_never_committed
         key: n * 10 for key, n in old_stores["per-minute"].items()
     }
     assert (new_batch, new_offsets) == (old_batch, old_offsets) == (2, {f"{topic_name}:0": 6})
+
+
+RESERIALISE = """
+def same(key, value):
+    return key, value
+"""
+
+
+def test_the_new_app_resumes_from_the_markers_offsets_without_its_own_spark_checkpoint(
+    broker, admin, topic_name, tmp_path
+) -> None:
+    """What starting the new version finds (item 4 builds on it): its first batch, planned
+    from the log start as a new Spark checkpoint with startingOffsets=earliest would plan
+    it, skips every record below the migrated markers' source offsets, so nothing is
+    counted twice. Its batch ids start again from 0, below the migrated batch id."""
+    ensure_topic(admin, topic_name, 1)
+    old_app, new_app = (f"mig-r{v}-{uuid.uuid4().hex[:6]}" for v in ("1", "2"))
+    v1_path, _ = _write_specs(tmp_path / "app", topic_name, old_app, new_app)
+    (tmp_path / "app" / "same.py").write_text(RESERIALISE)
+    v2_path = tmp_path / "app" / "v2-json.yaml"
+    v2_path.write_text(
+        f"application_id: {new_app}\ntopology: topology.py:build\n"
+        f"params: {{topic: {topic_name}, value_serde: json}}\n"
+        "migrations:\n  counts: {record: same.py:same}\n"
+    )
+    v1_spec, v2_spec = load_app_spec(v1_path), load_app_spec(v2_path)
+    v1_settings = _settings(broker, tmp_path / "state", old_app)
+    v2_settings = _settings(broker, tmp_path / "state", new_app)
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    first, more = ["a", "b", "a"], ["a", "c"]
+    for word in first:
+        producer.produce(topic_name, b"x", word.encode(), partition=0)
+    assert producer.flush(15) == 0
+    v1 = v1_spec.build_topology()
+    prepare_topics(admin, v1, old_app, 30.0)
+    _run_v1(v1_settings, v1, topic_name, 7, [(0, len(first))])
+    close_worker_services()
+    migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
+
+    for word in more:
+        producer.produce(topic_name, b"x", word.encode(), partition=0)
+    assert producer.flush(15) == 0
+    v2 = v2_spec.build_topology()
+    end = len(first) + len(more)
+    run = TaskRun("0_0", 0, 0, (OffsetRange(topic_name, 0, 0, end),), 0, 0, force_commit=True)
+    results = run_share(0, [[run]], uuid.uuid4().hex, v2, settings_to_json(v2_settings))
+    result = next(r for r in results if hasattr(r, "committed"))
+    assert result.committed and result.records_skipped == len(first)
+    close_worker_services()
+    stores, batch, offsets = _read_back(
+        v2_settings.model_copy(update={"state_dir": tmp_path / "fresh"}), v2, "0_0"
+    )
+    assert stores["counts"] == {"a": 3, "b": 1, "c": 1}
+    assert (batch, offsets) == (0, {f"{topic_name}:0": end})  # batch 0 < the migrated 7
