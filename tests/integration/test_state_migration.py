@@ -25,6 +25,7 @@ from statekeeper.migration import MigrationError, StoreAction, migrate_app
 from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
 from statekeeper.state.environment import StateEnvironment
+from statekeeper.state.task_state_manager import TaskStateManager
 from statekeeper.stores.typed import WindowStore
 from statekeeper.versions import read_recorded
 from statekeeper.worker.task_run import TaskRun
@@ -388,9 +389,10 @@ def same(key, value):
 
 
 def test_the_new_app_resumes_from_the_markers_offsets_without_its_own_spark_checkpoint(
-    broker, admin, topic_name, tmp_path
+    broker, admin, topic_name, tmp_path, monkeypatch
 ) -> None:
-    """What starting the new version finds (item 4 builds on it): its first batch, planned
+    """A migration that died before its commit is run again. Then what starting the new
+    version finds (item 4 builds on it): its first batch, planned
     from the log start as a new Spark checkpoint with startingOffsets=earliest would plan
     it, skips every record below the migrated markers' source offsets, so nothing is
     counted twice. Its batch ids start again from 0, below the migrated batch id."""
@@ -416,7 +418,20 @@ def test_the_new_app_resumes_from_the_markers_offsets_without_its_own_spark_chec
     prepare_topics(admin, v1, old_app, 30.0)
     _run_v1(v1_settings, v1, topic_name, 7, [(0, len(first))])
     close_worker_services()
-    migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
+    # A first attempt dies after writing v2's records, before its commit markers ...
+    real_commit = TaskStateManager.commit
+
+    def dies(self: Any, batch_id: int, offsets: dict[str, int]) -> None:
+        self.writer.flush(10)
+        raise RuntimeError("killed before the markers")
+
+    monkeypatch.setattr(TaskStateManager, "commit", dies)
+    with pytest.raises(RuntimeError, match="killed before the markers"):
+        migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
+    monkeypatch.setattr(TaskStateManager, "commit", real_commit)
+    # ... and the next one reverts that tail and migrates (no committed state was there).
+    report = migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
+    assert report.tasks[0].batch_id == 7
 
     for word in more:
         producer.produce(topic_name, b"x", word.encode(), partition=0)

@@ -125,7 +125,7 @@ def migrate_task(
                 f"not at batch {batch_id} like the others (a commit cut short between its "
                 "markers): start the old version once, which settles it, then migrate"
             )
-        if batch_id is None:
+        if batch_id is None or batch_id < 0:  # -1: a revert's marker, nothing committed
             return TaskMigration(
                 task_id,
                 None,
@@ -144,7 +144,8 @@ def migrate_task(
             new = env.task(task_id, tid.partition, new_specs)
             new.open()
             try:
-                if new.last_batch_id is not None:
+                if new.last_batch_id is not None and new.last_batch_id >= 0:
+                    # (-1: a migration that died before its commit, reverted by this open)
                     raise MigrationError(
                         f"task {task_id} of {job.new_settings.application_id} has committed "
                         f"state already (batch {new.last_batch_id}): migrate writes a new "
