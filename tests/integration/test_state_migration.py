@@ -220,9 +220,9 @@ def test_migrate_v1_counts_to_v2_json_under_a_new_app_id(
             len(new_stores["counts"]),
         )
 
-    # Migrating again onto the new app's committed state is refused, naming it.
-    with pytest.raises(MigrationError, match=f"task 0_0 of {new_app} has committed state already"):
-        migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
+    # Run again (a job that died after some tasks): migrated tasks are left as they are.
+    again = migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
+    assert [t.note for t in again.tasks] == ["migrated already (batch 5): left as it is"] * 2
 
     # The command, without Spark: a progress line per task, the report as JSON.
     v3_path = v2_path.with_name("v3.yaml")
@@ -448,3 +448,8 @@ def test_the_new_app_resumes_from_the_markers_offsets_without_its_own_spark_chec
     )
     assert stores["counts"] == {"a": 3, "b": 1, "c": 1}
     assert (batch, offsets) == (0, {f"{topic_name}:0": end})  # batch 0 < the migrated 7
+    # The new version has run since: migrating onto its state is refused, naming it.
+    with pytest.raises(
+        MigrationError, match=f"task 0_0 of {new_app} has committed state already \\(batch 0\\)"
+    ):
+        migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)

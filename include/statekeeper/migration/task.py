@@ -66,7 +66,7 @@ class MigrationJob:
 class TaskMigration:
     """One task's result: the batch id and source offsets its new markers carry, and per
     store of the new version what was read, written and dropped. ``note``: why nothing was
-    written (the old task never committed)."""
+    written (the old task never committed, or an earlier run migrated it already)."""
 
     task_id: str
     batch_id: int | None
@@ -144,6 +144,11 @@ def migrate_task(
             new = env.task(task_id, tid.partition, new_specs)
             new.open()
             try:
+                if (new.last_batch_id, new.committed_offsets) == (batch_id, carried):
+                    # A job that died after this task: it is done already.
+                    result.note = f"migrated already (batch {batch_id}): left as it is"
+                    result.read_from = {}
+                    return result
                 if new.last_batch_id is not None and new.last_batch_id >= 0:
                     # (-1: a migration that died before its commit, reverted by this open)
                     raise MigrationError(
