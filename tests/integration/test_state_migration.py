@@ -19,9 +19,9 @@ from statekeeper.app.spec import load_app_spec
 from statekeeper.app.topics import prepare_topics
 from statekeeper.cli import main
 from statekeeper.kafka.adapter import producer_config
-from statekeeper.kafka.admin import ensure_topic
+from statekeeper.kafka.admin import ensure_topic, partition_count
 from statekeeper.kafka.model import OffsetRange
-from statekeeper.migration import MigrationError, StoreAction, migrate_app
+from statekeeper.migration import MigrationError, MigrationRefused, StoreAction, migrate_app
 from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
 from statekeeper.state.environment import StateEnvironment
@@ -277,18 +277,46 @@ def test_refusals_before_anything_is_written(broker, admin, topic_name, tmp_path
     settings = _settings(broker, tmp_path / "state", app)
     with pytest.raises(MigrationError, match="both application id"):
         migrate_app(v1_spec, v2_spec, old_settings=settings, new_settings=settings)
+
+    # The old app never ran: no changelog to read.
+    other_path = tmp_path / "app" / "v2-other.yaml"
+    other_path.write_text(v2_path.read_text().replace(app, f"{app}-3"))
+    other_spec, other = load_app_spec(other_path), _settings(broker, tmp_path / "state", f"{app}-3")
+    with pytest.raises(
+        MigrationRefused, match=f"store counts: the old app has no changelog {app}-counts-changelog"
+    ):
+        migrate_app(v1_spec, other_spec, old_settings=settings, new_settings=other)
+
     # v2 without its migration: counts needs one.
     bare = tmp_path / "app" / "v2-bare.yaml"
-    bare.write_text(v2_path.read_text().split("migrations:")[0].replace(app, app + "-2"))
+    bare.write_text(v2_path.read_text().split("migrations:")[0].replace(app, f"{app}-2"))
     with pytest.raises(
-        MigrationError, match="store counts: value serde int -> json: needs a migration"
+        MigrationRefused, match="store counts: value serde int -> json: needs a migration"
     ):
         migrate_app(
             v1_spec,
             load_app_spec(bare),
             old_settings=settings,
-            new_settings=_settings(broker, tmp_path / "state", app + "-2"),
+            new_settings=_settings(broker, tmp_path / "state", f"{app}-2"),
         )
+    # The command says so in one line, exit code 1, before Spark would start.
+    command = ["upgrade", "migrate", "--app", str(bare), "--from", str(v1_path)]
+    code = main([*command, "--json", "--bootstrap", broker.bootstrap_servers])
+    out = capsys.readouterr()
+    assert code == 1 and json.loads(out.out)["code"] == 1
+    assert out.err.count("\n") == 1 and "needs a migration and none is declared" in out.err
+
+    # The old changelogs were made when the source had 1 partition (and no fingerprint
+    # recorded the count): the source was repartitioned since; refused.
+    for store in ("counts", "sk-task-state-0"):
+        ensure_topic(admin, f"{app}-{store}-changelog", 1)
+    with pytest.raises(
+        MigrationRefused,
+        match=f"store counts: changelog {app}-counts-changelog has 1 partitions and the new "
+        "version has 2 tasks in subtopology 0 .*not implemented yet",
+    ):
+        migrate_app(v1_spec, other_spec, old_settings=settings, new_settings=other)
+    assert partition_count(admin, f"{app}-3-counts-changelog", 10) is None  # nothing created
 
 
 WINDOWED = """

@@ -11,8 +11,10 @@ version's fingerprint is recorded in its state root, so its start check reads it
 
 Refused up front: the same application id for both versions (the new version writes its
 own changelogs: a new id, blue/green), a source topic whose partition count changed since
-the old state was written (repartitioning: not implemented yet), and whatever
-:func:`store_steps` refuses.
+the old state was written (repartitioning: not implemented yet; seen in the recorded
+fingerprint, and in the old changelogs' partition counts, :func:`check_old_changelogs`), a
+carried store whose old changelog does not exist, and whatever :func:`store_steps`
+refuses.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from typing import Any
 
 from statekeeper.app.spec import AppSpec
 from statekeeper.app.topics import prepare_topics, source_partitions
-from statekeeper.kafka.admin import make_admin, wait_for_broker
-from statekeeper.migration.functions import MigrationError, StoreMigration
-from statekeeper.migration.store_plan import StoreStep, store_steps
+from statekeeper.changelog.records import changelog_topic
+from statekeeper.kafka.admin import make_admin, partition_count, wait_for_broker
+from statekeeper.migration.functions import MigrationError, MigrationRefused, StoreMigration
+from statekeeper.migration.store_plan import StoreAction, StoreStep, store_steps
 from statekeeper.migration.task import MigrationJob, TaskMigration, migrate_task
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.task_id import TaskId
@@ -183,6 +186,7 @@ def prepare_migration(
     old_fp = fingerprint_of(old_topology, new_app, {**old_now, **(recorded or {})})
     new_fp = fingerprint_of(new_topology, new_app, now)
     steps = store_steps(compare(old_fp, new_fp), old_fp, new_fp, set(new_spec.migrations))
+    check_old_changelogs(admin, old_app, new_topology, new_app, now, steps, timeout)
     migrations = {
         store: StoreMigration(
             store, declared.kind, new_spec.migration_function(store), declared.ref
@@ -206,6 +210,51 @@ def prepare_migration(
     return PreparedMigration(
         job, sorted(tasks, key=TaskId.parse), _notes(new_topology, new_app, recorded)
     )
+
+
+def check_old_changelogs(
+    admin: Any,
+    old_app: str,
+    new_topology: Any,
+    new_app: str,
+    sources: dict[str, int],
+    steps: list[StoreStep],
+    timeout_s: float,
+) -> None:
+    """Every carried store's changelog in the old app exists, with as many partitions as the
+    new version has tasks in the store's subtopology (a changelog is co-partitioned with the
+    input its state was written from: another count means the source was repartitioned since,
+    whether or not a fingerprint recorded the old count). Raises :class:`MigrationRefused`
+    naming each that does not."""
+    partitions = {**sources, **new_topology.repartition_partitions(new_app, sources)}
+    tasks = {
+        sub.id: max(
+            (partitions.get(t, 0) for t in new_topology.subtopology_topics(new_app, sub.id)),
+            default=0,
+        )
+        for sub in new_topology.subtopologies
+    }
+    problems = []
+    for step in steps:
+        if step.action not in (StoreAction.COPY, StoreAction.MIGRATE):
+            continue
+        assert step.subtopology is not None
+        topic = changelog_topic(old_app, step.store)
+        count = partition_count(admin, topic, timeout_s)
+        if count is None:
+            problems.append(
+                f"store {step.store}: the old app has no changelog {topic} (did it ever run "
+                "with this topology?)"
+            )
+        elif count != tasks[step.subtopology]:
+            problems.append(
+                f"store {step.store}: changelog {topic} has {count} partitions and the new "
+                f"version has {tasks[step.subtopology]} tasks in subtopology "
+                f"{step.subtopology} (the source was repartitioned: moving state across tasks "
+                "is not implemented yet)"
+            )
+    if problems:
+        raise MigrationRefused("cannot migrate: " + "; ".join(problems))
 
 
 def _recorded_partitions(settings: StatekeeperSettings) -> dict[str, int] | None:
