@@ -27,7 +27,7 @@ from statekeeper.snapshots import SnapshotStorage, list_snapshots
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_state_manager import TaskStateManager
 from statekeeper.stores.typed import WindowStore
-from statekeeper.versions import read_recorded
+from statekeeper.versions import fingerprint_of, read_recorded, write_recorded
 from statekeeper.worker.task_run import TaskRun
 from statekeeper.worker.task_runner import (
     _services,
@@ -282,6 +282,17 @@ def test_refusals_before_anything_is_written(broker, admin, topic_name, tmp_path
     other_path = tmp_path / "app" / "v2-other.yaml"
     other_path.write_text(v2_path.read_text().replace(app, f"{app}-3"))
     other_spec, other = load_app_spec(other_path), _settings(broker, tmp_path / "state", f"{app}-3")
+    # The state records that another topology wrote it: --from is not the version that ran.
+    recorded = write_recorded(
+        tmp_path / "state" / app, fingerprint_of(v2_spec.build_topology(), app)
+    )
+    with pytest.raises(
+        MigrationRefused,
+        match=r"the old version's spec is not the topology that wrote its state "
+        r"\(\S+topology\.json\): store counts: value serde json -> int: give --from the spec",
+    ):
+        migrate_app(v1_spec, other_spec, old_settings=settings, new_settings=other)
+    recorded.unlink()
     with pytest.raises(
         MigrationRefused, match=f"store counts: the old app has no changelog {app}-counts-changelog"
     ):

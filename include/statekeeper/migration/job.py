@@ -34,7 +34,7 @@ from statekeeper.migration.store_plan import StoreAction, StoreStep, store_steps
 from statekeeper.migration.task import MigrationJob, TaskMigration, migrate_task
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.task_id import TaskId
-from statekeeper.versions.compatibility import compare
+from statekeeper.versions.compatibility import StoreChange, compare
 from statekeeper.versions.fingerprint import (
     FingerprintError,
     TopologyFingerprint,
@@ -182,15 +182,17 @@ def prepare_migration(
     admin = make_admin(new_settings.bootstrap_servers)
     now = source_partitions(admin, new_topology, new_app, timeout)
     old_now = source_partitions(admin, old_topology, old_app, timeout)
-    recorded = _recorded_partitions(old_settings)
-    old_fp = fingerprint_of(old_topology, new_app, {**old_now, **(recorded or {})})
+    recorded = _recorded_fingerprint(old_settings)
+    _check_old_spec_wrote_the_state(old_topology, old_app, old_now, recorded)
+    recorded_partitions = None if recorded is None else recorded[1].source_partitions
+    old_fp = fingerprint_of(old_topology, new_app, {**old_now, **(recorded_partitions or {})})
     new_fp = fingerprint_of(new_topology, new_app, now)
     steps = store_steps(compare(old_fp, new_fp), old_fp, new_fp, set(new_spec.migrations))
     check_old_changelogs(admin, old_app, new_topology, new_app, now, steps, timeout)
     migrations = {
         store: StoreMigration(
             store, declared.kind, new_spec.migration_function(store), declared.ref
-        )  # type: ignore[arg-type]
+        )
         for store, declared in new_spec.migrations.items()
     }
     plan = prepare_topics(admin, new_topology, new_app, timeout, now)
@@ -208,7 +210,9 @@ def prepare_migration(
         new_fingerprint=new_fp.to_dict(),
     )
     return PreparedMigration(
-        job, sorted(tasks, key=TaskId.parse), _notes(new_topology, new_app, recorded)
+        job,
+        sorted(tasks, key=TaskId.parse),
+        _notes(new_topology, new_app, recorded_partitions),
     )
 
 
@@ -257,19 +261,49 @@ def check_old_changelogs(
         raise MigrationRefused("cannot migrate: " + "; ".join(problems))
 
 
-def _recorded_partitions(settings: StatekeeperSettings) -> dict[str, int] | None:
-    """The source partition counts the old state was written with, as its state root's
-    ``topology.json`` (else its newest snapshot) records them; None when neither does."""
+def _recorded_fingerprint(
+    settings: StatekeeperSettings,
+) -> tuple[str, TopologyFingerprint] | None:
+    """Where the old state's fingerprint is recorded and the fingerprint: its state root's
+    ``topology.json``, else its newest snapshot's; None when neither records one."""
+    root = state_root(settings.state_dir, settings.application_id)
     try:
-        found = read_recorded(state_root(settings.state_dir, settings.application_id))
+        found = read_recorded(root)
     except FingerprintError:
         found = None
-    if found is None:
-        found = _newest_snapshot_fingerprint(settings)
-    return None if found is None else found.source_partitions
+    if found is not None:
+        return str(root / "topology.json"), found
+    return _newest_snapshot_fingerprint(settings)
 
 
-def _newest_snapshot_fingerprint(settings: StatekeeperSettings) -> TopologyFingerprint | None:
+def _check_old_spec_wrote_the_state(
+    old_topology: Any,
+    old_app: str,
+    partitions: dict[str, int],
+    recorded: tuple[str, TopologyFingerprint] | None,
+) -> None:
+    """The ``--from`` spec must be the version that wrote the state: its stores are read with
+    that topology's serdes. Refuses when the recorded fingerprint says a store was written
+    otherwise (another serde, kind or window size)."""
+    if recorded is None:
+        return
+    where, fingerprint = recorded
+    differences = [
+        v
+        for v in compare(fingerprint, fingerprint_of(old_topology, old_app, partitions)).stores
+        if v.change is StoreChange.NEEDS_MIGRATION
+    ]
+    if differences:
+        raise MigrationRefused(
+            f"the old version's spec is not the topology that wrote its state ({where}): "
+            + "; ".join(v.reason for v in differences)
+            + ": give --from the spec of the version that ran"
+        )
+
+
+def _newest_snapshot_fingerprint(
+    settings: StatekeeperSettings,
+) -> tuple[str, TopologyFingerprint] | None:
     from statekeeper.snapshots.manifest import SnapshotError
     from statekeeper.snapshots.recorded_topology import newest_recorded_topology
     from statekeeper.snapshots.storage import storage_for
@@ -281,8 +315,9 @@ def _newest_snapshot_fingerprint(settings: StatekeeperSettings) -> TopologyFinge
     if found is None:
         return None
     manifest, raw = found
+    where = f"snapshot {manifest.snapshot_id}"
     try:
-        return TopologyFingerprint.from_dict(raw, f"snapshot {manifest.snapshot_id}")
+        return where, TopologyFingerprint.from_dict(raw, where)
     except FingerprintError:
         return None
 
@@ -291,8 +326,9 @@ def _notes(topology: Any, application_id: str, recorded: dict[str, int] | None) 
     notes = []
     if recorded is None:
         notes.append(
-            "the old state records no source partition counts (no topology.json, no snapshot "
-            "with a fingerprint): a partition change since it was written is not detected"
+            "the old state records no fingerprint (no topology.json, no snapshot with one): "
+            "the --from spec is trusted to be the version that wrote it, and source "
+            "partition counts are checked against the old changelogs only"
         )
     if topology.internal_topics(application_id):
         notes.append(
