@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 from statekeeper.app.spec import load_app_spec
+from statekeeper.app.state_version import check_state_at_start
 from statekeeper.app.topics import prepare_topics
 from statekeeper.cli import main
 from statekeeper.kafka.adapter import producer_config
@@ -27,7 +28,12 @@ from statekeeper.snapshots import SnapshotStorage, list_snapshots
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_state_manager import TaskStateManager
 from statekeeper.stores.typed import WindowStore
-from statekeeper.versions import fingerprint_of, read_recorded, write_recorded
+from statekeeper.versions import (
+    TopologyFingerprint,
+    fingerprint_of,
+    read_recorded,
+    write_recorded,
+)
 from statekeeper.worker.task_run import TaskRun
 from statekeeper.worker.task_runner import (
     _services,
@@ -190,7 +196,16 @@ def test_migrate_v1_counts_to_v2_json_under_a_new_app_id(
     assert by_task["0_0"].stores["counts"].dropped == 1  # drop-me
     assert all(t.batch_id == 5 and t.snapshots for t in report.tasks)
     assert all(t.read_from["counts"].startswith("snapshot ") for t in report.tasks)
-    assert read_recorded(tmp_path / "state" / new_app) is not None
+    recorded = read_recorded(tmp_path / "state" / new_app)
+    assert recorded is not None and recorded.application_id == new_app
+    new_snapshots = list_snapshots(SnapshotStorage((tmp_path / "snapshots").as_uri(), new_app))
+    assert {(m.task, m.store) for m in new_snapshots} == {
+        (f"0_{p}", s) for p in range(PARTITIONS) for s in ("counts", "lengths", "sk-task-state-0")
+    }
+    assert all(TopologyFingerprint.from_dict(m.topology) == recorded for m in new_snapshots)
+    # v2's start check reads the recorded fingerprint and lets it start.
+    v2_sources = {topic_name: PARTITIONS}
+    assert check_state_at_start(v2_settings, v2_spec.build_topology(), v2_sources) == recorded
     assert not list((tmp_path / "scratch").iterdir())  # scratch copies removed
 
     v2 = v2_spec.build_topology()
