@@ -132,8 +132,10 @@ def test_one_kill_and_five_down_up_cycles_count_one_restart(tmp_path):
         assert supervision["last_restart"]["reason"] == restart["reason"], supervision
         assert supervision["relaunches_in_window"] == CYCLES
 
-        # An operator's restart acts within 30 s although the scheduled watch runs.
-        assert client.active_runs("statekeeper_apps"), "no watch running"
+        # An operator's restart acts within 30 s although the scheduled watch runs. Right
+        # after `up` at an interval's end the next scheduled run may not exist yet (the
+        # scheduler just restarted): wait for it, bounded by one interval.
+        _wait(lambda: client.active_runs("statekeeper_apps"), 330, "a scheduled watch run")
         before = _record(config, APP)["identity"]["pid"]
         asked = time.monotonic()
         client.trigger("statekeeper_app_actions", {"action": "restart", "apps": [APP]})
