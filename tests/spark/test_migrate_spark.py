@@ -4,6 +4,7 @@ migrated, at v1's batch id and source offsets."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 
@@ -11,6 +12,7 @@ from confluent_kafka import Producer
 
 from statekeeper.app.spec import load_app_spec
 from statekeeper.app.topics import prepare_topics
+from statekeeper.cli import main
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.migration import migrate_app
@@ -20,7 +22,7 @@ from tests.integration.test_state_migration import _read_back, _run_v1, _setting
 PARTITIONS = 3
 
 
-def test_migrate_on_spark(spark, broker, admin, topic_name, tmp_path) -> None:
+def test_migrate_on_spark(spark, broker, admin, topic_name, tmp_path, capsys) -> None:
     ensure_topic(admin, topic_name, PARTITIONS)
     old_app, new_app = (f"mig-s{v}-{uuid.uuid4().hex[:6]}" for v in ("1", "2"))
     v1_path, v2_path = _write_specs(tmp_path / "app", topic_name, old_app, new_app)
@@ -57,3 +59,16 @@ def test_migrate_on_spark(spark, broker, admin, topic_name, tmp_path) -> None:
         )
         assert stores["counts"] == {w: {"count": n, "from": "v1"} for w, n in sent[p].items()}
         assert (batch, offsets) == (3, {f"{topic_name}:{p}": ends[p]})
+
+    # The command runs on the active session (it does not stop a session it did not make).
+    v3_path = v2_path.with_name("v3.yaml")
+    v3_path.write_text(v2_path.read_text().replace(new_app, f"{new_app}-3"))
+    code = main(
+        ["upgrade", "migrate", "--app", str(v3_path), "--from", str(v1_path), "--json"]
+        + ["--bootstrap", broker.bootstrap_servers, "--set", f"state_dir={tmp_path / 'state'}"]
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    payload = json.loads(out.out)
+    assert payload["on_spark"] and len(payload["tasks"]) == PARTITIONS
+    assert spark.sparkContext.parallelize([1]).count() == 1  # still running
