@@ -52,8 +52,9 @@ ALLOWED: dict[str, set[str]] = {
     "snapshots": _FLOORS_BELOW_PROCESSING,
     # State migration between app versions: reads the old version's state (snapshots and
     # changelogs, read-only), writes the new one's; its job is given a SparkContext, and
-    # the CLI calls it.
-    "migration": _RUNTIME | {"snapshots", "versions", "app"},
+    # the CLI calls it. It reads the old version's Spark checkpoint (where its last
+    # micro-batch ended: the takeover) with spark.checkpoint_log's file readers.
+    "migration": _RUNTIME | {"snapshots", "versions", "app", "spark"},
     "worker": _RUNTIME | {"spark", "snapshots", "cluster", "placement", "standby", "query"},
     "app": _RUNTIME
     | {"spark", "worker", "snapshots", "cluster", "placement", "standby", "versions"},

@@ -60,7 +60,11 @@ class BatchPlanner:
     """Plans each micro-batch's task runs from the batch's ranges, a bounded history of
     recent batches and what each task last reported committed.
 
-    ``subtopology_of`` maps a source topic to the subtopology reading it. Only the last
+    ``subtopology_of`` maps a source topic to the subtopology reading it. A new version
+    taking over (:mod:`statekeeper.app.takeover_start`) gives ``floor``, the first offset a
+    subtopology processes of a partition (its ranges are cut below), and
+    ``first_replayable``, its first batch id (replayable: its ranges are recorded). Only the
+    last
     ``max_uncommitted_batches`` batches are kept, and one entry per task, so memory does not
     grow with the number of batches."""
 
@@ -71,9 +75,15 @@ class BatchPlanner:
         subtopology_of: Callable[[str], int],
         max_uncommitted_batches: int,
         max_records_per_batch: int,
+        floor: Callable[[int, str, int], int | None] | None = None,
+        first_replayable: int = 1,
     ) -> None:
         self._log = log
         self._subtopology_of = subtopology_of
+        self._floor = floor
+        # Spark's offset log cannot say where its batch 0 started; a new version taking over
+        # records its first batch's ranges itself, so it can replay it.
+        self._first_replayable = first_replayable
         self._max_uncommitted = max_uncommitted_batches
         self._max_records = max_records_per_batch
         self._history: dict[int, _LoggedBatch] = {}
@@ -123,7 +133,7 @@ class BatchPlanner:
         """After a (re)start, the batches before ``before_batch_id`` from Spark's offset log:
         tasks may hold them uncommitted, or have lost them with a killed worker."""
         self._seeded = True
-        first = max(1, before_batch_id - self._max_uncommitted)
+        first = max(self._first_replayable, before_batch_id - self._max_uncommitted)
         for past in range(first, before_batch_id):
             ranges = self._log.ranges(past)
             if ranges is not None:
@@ -199,6 +209,11 @@ class BatchPlanner:
             sub = self._subtopology_of(r.topic)
             tid = task_id(sub, r.partition)
             self._task_keys[tid] = (sub, r.partition)
+            floor = None if self._floor is None else self._floor(sub, r.topic, r.partition)
+            if floor is not None and r.start < floor:
+                if r.end <= floor:
+                    continue
+                r = OffsetRange(r.topic, r.partition, floor, r.end)
             by_task[tid].append(r)
         return {tid: tuple(sorted(rs, key=lambda r: r.topic)) for tid, rs in by_task.items()}
 

@@ -36,13 +36,14 @@ from statekeeper.app.lifecycle import (
 from statekeeper.app.snapshot_requests import SnapshotRequests
 from statekeeper.app.state_version import check_state_at_start
 from statekeeper.app.status import StatusBoard, StatusServer
+from statekeeper.app.takeover_start import ShiftedBatchLog, adopt_takeover, record_first_batch
 from statekeeper.app.task_totals import TaskTotals
 from statekeeper.app.topics import TopicPlan, prepare_topics, source_partitions
 from statekeeper.cluster.executor import DRIVER_EXECUTOR_ID
 from statekeeper.errors import ConfigError, StatekeeperError
 from statekeeper.kafka.model import OffsetRange
 from statekeeper.placement.driver import ExecutorPlacement, alive_executors, avoid_next_pass
-from statekeeper.processing.topology import task_id
+from statekeeper.processing.topology import CarriedInput, task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.spark.checkpoint_log import (
     CheckpointBatchLog,
@@ -50,6 +51,8 @@ from statekeeper.spark.checkpoint_log import (
     logged_batch_ranges,
 )
 from statekeeper.state.restore_progress import read_restore_progress
+from statekeeper.versions.recorded import state_root
+from statekeeper.versions.takeover import Takeover
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
 from statekeeper.worker.task_runner import (
     ExecutorReport,
@@ -144,6 +147,10 @@ class StatekeeperApp:
         self._storage: Any = None
         #: The topology fingerprint (JSON) recorded at start; every snapshot's manifests hold it.
         self._topology_record: str | None = None
+        #: Set when this version took over from an older one (statekeeper.app.takeover_start):
+        #: Spark batch s is statekeeper batch s + _batch_base.
+        self._takeover: Takeover | None = None
+        self._batch_base = 0
 
     # -- public API --------------------------------------------------------------------------
 
@@ -204,6 +211,7 @@ class StatekeeperApp:
             self.machine.transition(AppState.REBALANCING)
             self._start_status()
             self._plan = self._prepare()
+            self._take_over()
             # Epochs of this run start above every earlier run's (changelog fencing).
             self.placement.registry.epoch_base = next_epoch_base(self.checkpoint)
             spark = self._spark_session = self._spark()
@@ -305,6 +313,33 @@ class StatekeeperApp:
         )
         return plan
 
+    def _take_over(self) -> None:
+        """On state a migration wrote for this version: continue the old version's batch
+        numbering, start where it stopped, and read its unconsumed repartition records once."""
+        takeover = adopt_takeover(self.checkpoint, state_root(self.settings.state_dir, self.app_id))
+        if takeover is None:
+            return
+        self._takeover, self._batch_base = takeover, takeover.batch_base
+        self.topology.carried_inputs = {
+            c.old_topic: CarriedInput(c.new_topic, c.max_batch) for c in takeover.carried
+        }
+        s = self.settings
+        self.planner = BatchPlanner(
+            ShiftedBatchLog(CheckpointBatchLog(self.checkpoint), self.checkpoint, self._batch_base),
+            subtopology_of=self._subtopology_of,
+            max_uncommitted_batches=s.max_uncommitted_batches,
+            max_records_per_batch=s.max_records_per_batch,
+            floor=takeover.floor,
+            first_replayable=takeover.batch_base,
+        )
+        self.board.update(
+            takeover={
+                "from": takeover.from_application_id,
+                "batch_base": takeover.batch_base,
+                "carried_ranges": len(takeover.carried_ranges()),
+            }
+        )
+
     def _init_positions(self, plan: TopicPlan) -> None:
         """Where each source partition stands: Spark's last committed batch, else its start."""
         committed = last_committed_offsets(self.checkpoint) or {}
@@ -391,7 +426,10 @@ class StatekeeperApp:
             spark.readStream.format("statekeeper_kafka_ranges")
             .option("kafka.bootstrap.servers", s.bootstrap_servers)
             .option("subscribe", ",".join(topics))
-            .option("startingOffsets", s.starting_offsets)
+            .option(
+                "startingOffsets",
+                self._takeover.starting_offsets_json() if self._takeover else s.starting_offsets,
+            )
             .option("maxRecordsPerBatch", str(s.max_records_per_batch))
             .load()
         )
@@ -477,14 +515,19 @@ class StatekeeperApp:
 
     # -- one micro-batch (driver side) --------------------------------------------------------
 
-    def _on_batch(self, ranges_df: Any, batch_id: int) -> None:
+    def _on_batch(self, ranges_df: Any, spark_batch_id: int) -> None:
+        batch_id = spark_batch_id + self._batch_base
         with self._batch_lock:
             if self._stopping:
                 raise StopRequested(f"stop requested; batch {batch_id} runs again on restart")
             started = time.perf_counter()
             if self.state is AppState.REBALANCING:
                 self.machine.transition(AppState.RESTORING)
-            ranges = self._batch_ranges(ranges_df, batch_id)
+            ranges = self._batch_ranges(ranges_df, spark_batch_id)
+            if self._takeover is not None and spark_batch_id == 0:
+                ranges = record_first_batch(
+                    self.checkpoint, ranges + self._takeover.carried_ranges()
+                )
             spark = ranges_df.sparkSession
             self._process_batch(batch_id, ranges, lambda runs: self._execute(spark, runs), started)
 
@@ -514,6 +557,8 @@ class StatekeeperApp:
         ]
 
     def _subtopology_of(self, topic: str) -> int:
+        if self._takeover is not None:
+            topic = self._takeover.alias(topic)
         return self.topology.subtopology_of(self.app_id, topic)
 
     def _replay_lost_batches(self, spark: Any) -> None:

@@ -31,6 +31,7 @@ from statekeeper.changelog.records import changelog_topic
 from statekeeper.kafka.admin import make_admin, partition_count, wait_for_broker
 from statekeeper.migration.functions import MigrationError, MigrationRefused, StoreMigration
 from statekeeper.migration.store_plan import StoreAction, StoreStep, store_steps
+from statekeeper.migration.takeover_plan import OldCommit, plan_takeover, read_takeover_facts
 from statekeeper.migration.task import MigrationJob, TaskMigration, migrate_task
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.task_id import TaskId
@@ -41,6 +42,7 @@ from statekeeper.versions.fingerprint import (
     fingerprint_of,
 )
 from statekeeper.versions.recorded import read_recorded, state_root, write_recorded
+from statekeeper.versions.takeover import Takeover, takeover_path, write_takeover
 
 #: Called once per task as it finishes (locally) or once the job is collected (Spark).
 Progress = Callable[[TaskMigration], None]
@@ -57,6 +59,8 @@ class MigrationReport:
     notes: list[str] = field(default_factory=list)
     on_spark: bool = False
     seconds: float = 0.0
+    #: Where the new version takes over (written to its state root's takeover.json).
+    takeover: Takeover | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +70,7 @@ class MigrationReport:
             "stores": [s.as_dict() for s in self.steps],
             "tasks": [t.as_dict() for t in self.tasks],
             "notes": list(self.notes),
+            "takeover": None if self.takeover is None else self.takeover.to_dict(),
             "seconds": round(self.seconds, 3),
         }
 
@@ -107,11 +112,13 @@ def migrate_app(
 @dataclass(frozen=True)
 class PreparedMigration:
     """What :func:`prepare_migration` decided: the job every task runs, the stateful task
-    ids (sorted) and notes."""
+    ids (sorted), notes, and the partition counts of the source topics and of both
+    versions' repartition topics (for the takeover)."""
 
     job: MigrationJob
     tasks: list[str]
     notes: list[str]
+    partitions: dict[str, int] = field(default_factory=dict)
 
 
 def run_migration(
@@ -132,6 +139,10 @@ def run_migration(
         notes=list(prepared.notes),
         on_spark=spark_context is not None,
     )
+    new_root = state_root(job.new_settings.state_dir, job.new_settings.application_id)
+    # Until the takeover is planned the new version must not start on this state: a start
+    # without it would process the old version's input again (statekeeper.app.takeover_start).
+    write_takeover(takeover_path(new_root), _pending(job))
     if spark_context is not None:
         results = (
             spark_context.parallelize(tasks, max(1, len(tasks)))
@@ -148,11 +159,19 @@ def run_migration(
             report.tasks.append(result)
             if progress is not None:
                 progress(result)
-    assert job.new_fingerprint is not None
-    write_recorded(
-        state_root(job.new_settings.state_dir, job.new_settings.application_id),
-        TopologyFingerprint.from_dict(job.new_fingerprint),
+    report.takeover = plan_takeover(
+        old_topology=job.old_topology,
+        new_topology=job.new_topology,
+        old_app=job.old_settings.application_id,
+        new_app=job.new_settings.application_id,
+        partitions=prepared.partitions,
+        commits=[OldCommit(t.task_id, t.batch_id, t.source_offsets) for t in report.tasks],
+        facts=read_takeover_facts(job.old_settings, job.old_topology, prepared.partitions),
     )
+    report.notes += report.takeover.notes
+    assert job.new_fingerprint is not None
+    write_recorded(new_root, TopologyFingerprint.from_dict(job.new_fingerprint))
+    write_takeover(takeover_path(new_root), report.takeover)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -206,13 +225,17 @@ def prepare_migration(
         steps=tuple(steps),
         migrations=migrations,
         source_topics=frozenset(new_fp.source_topics),
+        old_repartition_topics=frozenset(old_topology.internal_topics(old_app)),
         snapshot=snapshot,
         new_fingerprint=new_fp.to_dict(),
     )
+    partitions = {
+        **now,
+        **new_topology.repartition_partitions(new_app, now),
+        **old_topology.repartition_partitions(old_app, old_now),
+    }
     return PreparedMigration(
-        job,
-        sorted(tasks, key=TaskId.parse),
-        _notes(new_topology, new_app, recorded_partitions),
+        job, sorted(tasks, key=TaskId.parse), _notes(recorded_partitions), partitions
     )
 
 
@@ -322,19 +345,23 @@ def _newest_snapshot_fingerprint(
         return None
 
 
-def _notes(topology: Any, application_id: str, recorded: dict[str, int] | None) -> list[str]:
+def _pending(job: MigrationJob) -> Takeover:
+    """The record that stops the new version from starting before the takeover is planned."""
+    return Takeover(
+        from_application_id=job.old_settings.application_id,
+        batch_base=0,
+        start_offsets={},
+        floors={},
+        extra={"pending": f"a migration from {job.old_settings.application_id} is running"},
+    )
+
+
+def _notes(recorded: dict[str, int] | None) -> list[str]:
     notes = []
     if recorded is None:
         notes.append(
             "the old state records no fingerprint (no topology.json, no snapshot with one): "
             "the --from spec is trusted to be the version that wrote it, and source "
             "partition counts are checked against the old changelogs only"
-        )
-    if topology.internal_topics(application_id):
-        notes.append(
-            "the new version has repartition topics: they start empty, and records still in "
-            "the old app's repartition topics are not carried over; stop the old version "
-            "drained, and start the new one at the old one's source positions (not automated "
-            "yet)"
         )
     return notes

@@ -7,9 +7,10 @@ the store's step (:mod:`statekeeper.migration.store_plan`: copy, migrate, start 
 skip), and writes the result through the NEW version's stores of the NEW application id: a
 :class:`~statekeeper.state.task_state_manager.TaskStateManager` opened for the new app's
 task, whose change-logging layer writes ``<new-app>-<store>-changelog``. It then commits at
-the old task's batch id and source offsets (source topics only: the old app's repartition
-topics are not the new one's), so the new changelogs' commit markers sit at the same source
-offsets as the old ones (invariant 2), and optionally snapshots the new task.
+the old task's batch id and source offsets (the source topics', and the old repartition
+topics', whose unconsumed records the new version reads once: the takeover), so the new
+changelogs' commit markers sit at the same source offsets as the old ones (invariant 2), and
+optionally snapshots the new task.
 
 No Spark here: the job (:mod:`statekeeper.migration.job`) runs this once per task, on Spark
 or in a loop.
@@ -57,6 +58,9 @@ class MigrationJob:
     source_topics: frozenset[str]
     snapshot: bool = False
     new_fingerprint: dict[str, Any] | None = None
+    #: The old version's repartition topics: their offsets are carried too, so the new
+    #: task skips the old records it committed when it reads the rest (the takeover).
+    old_repartition_topics: frozenset[str] = frozenset()
 
     def step(self, store: str) -> StoreStep:
         return next(s for s in self.steps if s.store == store)
@@ -136,7 +140,7 @@ def migrate_task(
         carried = {
             tp: offset
             for tp, offset in offsets.items()
-            if tp.rpartition(":")[0] in job.source_topics
+            if tp.rpartition(":")[0] in job.source_topics | job.old_repartition_topics
         }
         result = TaskMigration(task_id, batch_id, carried, read_from=_read_from(old))
         env = StateEnvironment(job.new_settings)

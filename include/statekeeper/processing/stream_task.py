@@ -25,6 +25,7 @@ from statekeeper.kafka.model import KafkaRecord
 from statekeeper.processing.dlq import DESERIALIZATION, classify, dlq_topic, is_fatal
 from statekeeper.processing.errors import TopologyError
 from statekeeper.processing.nodes import ProcessorNode, SinkNode, SourceNode
+from statekeeper.processing.output_headers import dedupe_id
 from statekeeper.processing.processor import PunctuationType, Record
 from statekeeper.processing.processors.sink import SinkProcessor
 from statekeeper.processing.processors.suppress import SuppressionBuffer
@@ -71,6 +72,17 @@ class _Source:
         self.key_de = deserializer(node.key_serde)
         self.value_de = deserializer(node.value_serde)
         self.node = rt
+
+
+def _of_committed_batches(records: Sequence[KafkaRecord], max_batch: int) -> list[KafkaRecord]:
+    """The records an old version's committed micro-batches (``sk.batch`` <= ``max_batch``)
+    wrote: later ones come from source records the new version reads itself."""
+    kept = []
+    for record in records:
+        found = dedupe_id(record.headers)
+        if found is None or found[1] <= max_batch:
+            kept.append(record)
+    return kept
 
 
 class StreamTask:
@@ -127,12 +139,22 @@ class StreamTask:
         )
         self._runtime = self._build_nodes()
         self._sources: dict[str, _Source] = {}
+        source_nodes: dict[str, tuple[SourceNode, RuntimeNode]] = {}
         for name in sub.sources:
             node = topology.nodes[name]
             assert isinstance(node, SourceNode)
             for ref in node.topics:
                 topic = ref.resolve(application_id)
                 self._sources[topic] = _Source(topic, ref.repartition, node, self._runtime[name])
+                source_nodes[topic] = (node, self._runtime[name])
+        # A new version taking over reads an old version's repartition topic once, into the
+        # source node of its own (statekeeper.versions.takeover).
+        self._carried: dict[str, int] = {}
+        for old_topic, carried in getattr(topology, "carried_inputs", {}).items():
+            if carried.new_topic in source_nodes:
+                node, rt = source_nodes[carried.new_topic]
+                self._sources[old_topic] = _Source(old_topic, True, node, rt)
+                self._carried[old_topic] = carried.max_batch
         self._vector: VectorizedChain | None = None
         if vectorize and sub.vector_chain:
             chain = [topology.nodes[n] for n in sub.vector_chain]
@@ -188,6 +210,10 @@ class StreamTask:
             result.records_read += len(recs)
             todo = unprocessed(recs, processed_offsets.get(tp))
             result.records_skipped += len(recs) - len(todo)
+            if source.topic in self._carried and todo:
+                before = len(todo)
+                todo = _of_committed_batches(todo, self._carried[source.topic])
+                result.records_skipped += before - len(todo)
             if source.repartition and todo:
                 fenced_before = self._dedupe.fenced
                 todo, duplicates = self._dedupe.filter(source.topic, todo)
@@ -195,14 +221,21 @@ class StreamTask:
                 result.records_deduplicated += duplicates
                 result.records_skipped += duplicates
             if todo:
-                lists.append(todo)
+                # Taking over, an old repartition topic's records go first (they are older).
+                if source.topic in self._carried:
+                    lists.insert(0, todo)
+                else:
+                    lists.append(todo)
 
         if self._vector is not None:
-            if len(lists) > 1:
+            if len(lists) > 1 and not self._carried:
                 raise TopologyError(f"task {self.task_id}: a linear chain reads one partition")
-            processed, batch_stream_time = self._vector.run(lists[0] if lists else [])
-            if batch_stream_time > ctx._stream_time:
-                ctx._stream_time = batch_stream_time
+            processed = 0
+            for todo in lists or [[]]:
+                count, batch_stream_time = self._vector.run(todo)
+                processed += count
+                if batch_stream_time > ctx._stream_time:
+                    ctx._stream_time = batch_stream_time
         else:
             processed = self._run_records(merge_by_timestamp(lists))
 

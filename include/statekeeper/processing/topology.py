@@ -32,6 +32,16 @@ def task_id(subtopology_id: int, partition: int) -> str:
     return str(TaskId(subtopology_id, partition))
 
 
+@dataclass(frozen=True)
+class CarriedInput:
+    """An old version's repartition topic a new version reads once when it takes over
+    (:mod:`statekeeper.versions.takeover`): as if from ``new_topic``, and only records of
+    the old version's committed micro-batches (``sk.batch`` at most ``max_batch``)."""
+
+    new_topic: str
+    max_batch: int
+
+
 @dataclass
 class Subtopology:
     """One independently scheduled part of the topology."""
@@ -66,6 +76,8 @@ class Topology:
         self.buffers = buffers
         self.subtopologies = subtopologies
         self.processing_errors = processing_errors
+        #: Old repartition topic -> what it feeds, while a new version takes over.
+        self.carried_inputs: dict[str, CarriedInput] = {}
 
     # -- subtopologies and stores ----------------------------------------------------------
 
