@@ -89,7 +89,9 @@ def test_module_topologies_still_load() -> None:
     assert spec.build_topology() == [1]
 
 
-@pytest.mark.parametrize("app", ["word_count", "patient_monitoring"])
+@pytest.mark.parametrize(
+    "app", ["word_count", "patient_monitoring", "word_count_v2", "patient_monitoring_v2"]
+)
 def test_shipped_specs_build_their_topologies(app: str) -> None:
     spec = load_app_spec(spark_app_spec(app))
     assert spec.topology.startswith(str(spark_app_spec(app).parent / "topology.py"))

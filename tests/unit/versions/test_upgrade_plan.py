@@ -122,6 +122,87 @@ CASES = [
         reasons={"per-minute": "changelog wc-per-minute-changelog are no longer read"},
     ),
     Case(
+        "key-serde",
+        Version(),
+        Version(counts_key_serde="bytes"),
+        stores={"counts": MIGRATION},
+        reasons={"counts": "store counts: key serde str -> bytes"},
+    ),
+    Case(
+        # What needs a migration wins; the tunings are said too, after it.
+        "value-serde-and-caching",
+        Version(),
+        Version(counts_value_serde="json", counts_caching=1024),
+        stores={"counts": MIGRATION},
+        reasons={"counts": "value serde int -> json; caching 0 -> 1024"},
+    ),
+    Case(
+        "kind-memory-to-lru",
+        Version(counts_store_type="in_memory"),
+        Version(counts_store_type="lru", counts_capacity=1_000),
+        stores={"counts": MIGRATION},
+        reasons={"counts": "kind memory -> lru"},
+    ),
+    Case(
+        "lru-capacity",
+        Version(counts_store_type="lru", counts_capacity=1_000),
+        Version(counts_store_type="lru", counts_capacity=5_000),
+        stores={"counts": COMPATIBLE},
+        reasons={"counts": "capacity 1000 -> 5000"},
+    ),
+    Case(
+        "read-cache",
+        Version(),
+        Version(counts_read_cache=0),
+        stores={"counts": COMPATIBLE},
+        reasons={"counts": "read cache 8388608 -> 0"},
+    ),
+    Case(
+        "changelog-configs",
+        Version(),
+        Version(counts_changelog_configs=(("min.compaction.lag.ms", "60000"),)),
+        stores={"counts": COMPATIBLE},
+        reasons={"counts": "changelog configs {} -> {'min.compaction.lag.ms': '60000'}"},
+    ),
+    Case(
+        "grace",
+        Version(),
+        Version(grace_ms=5_000),
+        stores={"per-minute": COMPATIBLE},
+        reasons={"per-minute": "store per-minute: grace 0 -> 5000 ms"},
+    ),
+    Case(
+        "window-size-and-retention",
+        Version(),
+        Version(window_ms=30_000, retention_ms=240_000),
+        stores={"per-minute": MIGRATION},
+        reasons={"per-minute": "window size 60000 -> 30000 ms; retention 120000 -> 240000 ms"},
+    ),
+    Case(
+        # A named grouping renamed: another repartition topic, read by the same subtopology,
+        # whose task state (dedupe positions per topic) is another topic's.
+        "grouping-renamed",
+        Version(),
+        Version(grouping="tokens"),
+        stores={"sk-task-state-1": MIGRATION},
+        topics={
+            "wc-tokens-repartition": TopicChange.NEW,
+            "wc-words-repartition": TopicChange.DROPPED,
+        },
+        reasons={
+            "sk-task-state-1": "read ['wc-words-repartition'], now reads ['wc-tokens-repartition']",
+            "wc-words-repartition": "records still in it are not processed",
+        },
+    ),
+    Case(
+        "partitions-6-to-4",
+        Version(),
+        Version(),
+        topics={"lines": PARTITIONS_CHANGED},
+        reasons={"lines": "source lines: 6 -> 4 partitions"},
+        old_partitions=6,
+    ),
+    Case(
         "partitions-4-to-6",
         Version(),
         Version(),
@@ -145,6 +226,25 @@ CASES = [
         },
         topics={"clicks": TopicChange.NEW},
         reasons={"counts": "moves from subtopology 1 to 2: tasks 2_* rebuild it"},
+    ),
+    Case(
+        # The stream built first removed: every later subtopology's id shrinks by one.
+        "stream-removed-before",
+        Version(other_stream_first=True),
+        Version(),
+        stores={
+            "clicks": DROPPED,
+            "counts": COMPATIBLE,
+            "per-minute": COMPATIBLE,
+            "sk-task-state-0": DROPPED,
+            "sk-task-state-1": NEW,
+            "sk-task-state-2": DROPPED,
+        },
+        topics={"clicks": TopicChange.DROPPED},
+        reasons={
+            "counts": "moves from subtopology 2 to 1: tasks 1_* rebuild it",
+            "clicks": "changelog wc-clicks-changelog are no longer read",
+        },
     ),
     Case(
         "stream-added-before-without-changelog",
