@@ -158,6 +158,12 @@ def _cmd_upgrade_migrate(args: argparse.Namespace) -> int:
         *(f"store {s.store}: {s.action} ({s.change})" for s in report.steps),
         *(f"note: {note}" for note in report.notes),
     ]
+    if report.takeover is not None:
+        lines.append(
+            f"takeover: the new version's batches continue at {report.takeover.batch_base}; "
+            f"{len(report.takeover.carried_ranges())} repartition range(s) of the old version "
+            "carried (docs/changing-apps.md#starting-the-new-version-the-takeover)"
+        )
     emit(args, report.as_dict(), "\n".join(lines))
     return EXIT_OK
 

@@ -49,6 +49,8 @@ class TakeoverFacts:
     batch_end: Mapping[TP, int]
     repartition_start: Mapping[TP, int]
     repartition_end: Mapping[TP, int]
+    #: Where the old version's Spark checkpoint is, None when it has no offset log here.
+    checkpoint: str | None = "checkpoint"
 
 
 def old_checkpoint_dir(settings: Any) -> Path:
@@ -65,14 +67,8 @@ def read_takeover_facts(
     from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets
 
     checkpoint = old_checkpoint_dir(old_settings)
-    if not (checkpoint / "offsets").is_dir():
-        raise TakeoverError(
-            f"the old version's Spark checkpoint {checkpoint} has no offset log: the new "
-            "version takes over where the old one's last micro-batch ended, which only that "
-            "checkpoint records (run the migration where the old version ran, with its "
-            "checkpoint_dir)"
-        )
-    last = last_committed_batch(checkpoint)
+    found = (checkpoint / "offsets").is_dir()
+    last = last_committed_batch(checkpoint) if found else None
     ended = last_committed_offsets(checkpoint) if last is not None else None
     batch_end = offsets_from_dict(ended, "old checkpoint") if ended else {}
     app = old_settings.application_id
@@ -85,6 +81,7 @@ def read_takeover_facts(
         batch_end=batch_end,
         repartition_start=log_start_offsets(conf, tps, timeout),
         repartition_end=log_end_offsets(conf, tps, timeout),
+        checkpoint=str(checkpoint) if found else None,
     )
 
 
@@ -168,6 +165,13 @@ def _floor(
         return int(commit.source_offsets[key])
     if sub in old_stateful:
         return None
+    if facts.checkpoint is None:
+        raise TakeoverError(
+            f"task {TaskId(sub, partition)} has no migrated state and would start where the "
+            "old version's last micro-batch ended, which only the old version's Spark "
+            "checkpoint records, and there is none here (run the migration where the old "
+            "version ran, with its checkpoint_dir)"
+        )
     return facts.batch_end.get((topic, partition))
 
 
@@ -237,6 +241,14 @@ def _carried(
                     ranges[p] = (first, end)
             if not ranges:
                 continue
+            if facts.checkpoint is None:
+                raise TakeoverError(
+                    f"the old version's repartition topic {old_topic} holds records its "
+                    "downstream tasks had not committed, and which of them its committed "
+                    "micro-batches wrote only its Spark checkpoint says, and there is none "
+                    "here (run the migration where the old version ran, with its "
+                    "checkpoint_dir)"
+                )
             if new_topic not in new_readers:
                 raise TakeoverError(
                     f"the old version's repartition topic {old_topic} holds records its "

@@ -21,6 +21,7 @@ Stores and topics whose names the DSL generated carry a note (:mod:`.auto_names`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
@@ -232,7 +233,7 @@ def _changed(
         _contents(before, after),
         _window(before, after),
         _moves(before, after, old, new),
-        _logging(before, after),
+        _logging(before, after, old.application_id, new.application_id),
         ([], _tuning(before, after)),
     ):
         migrations += found_migrations
@@ -314,8 +315,11 @@ def _moves(
     ]
 
 
-def _logging(before: StoreFingerprint, after: StoreFingerprint) -> Differences:
-    """The store's changelog: switched on or off, or another topic."""
+def _logging(
+    before: StoreFingerprint, after: StoreFingerprint, old_app: str, new_app: str
+) -> Differences:
+    """The store's changelog: switched on or off, or another topic (a new application id
+    renames every changelog: ``<app>-<store>-changelog`` under either id is the same)."""
     if before.logging and not after.logging:
         return [], ["logging on -> off (a lost local copy can no longer be restored)"]
     if after.logging and not before.logging:
@@ -323,7 +327,7 @@ def _logging(before: StoreFingerprint, after: StoreFingerprint) -> Differences:
             "logging off -> on (the new changelog holds only what is written from now on: a "
             "restore before every key is written again loses the rest)"
         ]
-    if before.changelog_topic != after.changelog_topic:
+    if _as_app(before.changelog_topic, old_app, new_app) != after.changelog_topic:
         return [f"changelog {before.changelog_topic} -> {after.changelog_topic}"], []
     return [], []
 
@@ -370,9 +374,21 @@ def _source_change(
     return TopicChange.UNCHANGED, f"{now} partitions"
 
 
+def _as_app(topic: str | None, old_app: str, new_app: str) -> str | None:
+    """``topic`` as the new application id names it: the old id's prefix replaced (a new
+    version under a new id has its own changelogs and repartition topics)."""
+    if topic is not None and old_app != new_app and topic.startswith(f"{old_app}-"):
+        return f"{new_app}-{topic[len(old_app) + 1 :]}"
+    return topic
+
+
 def _repartition_verdicts(
     old: TopologyFingerprint, new: TopologyFingerprint
 ) -> tuple[TopicVerdict, ...]:
+    old_topics = tuple(
+        _as_app(t, old.application_id, new.application_id) or t for t in old.repartition_topics
+    )
+    old = dataclasses.replace(old, repartition_topics=old_topics)
     shifted = shifted_pairs(
         [t for t in old.repartition_topics if is_generated_topic(t)],
         [t for t in new.repartition_topics if is_generated_topic(t)],

@@ -256,3 +256,18 @@ def test_the_planner_cuts_ranges_below_a_floor_and_replays_the_first_batch(tmp_p
     assert runs["0_0"].backlog[0].ranges == (OffsetRange("lines", 0, 100, 130),)
     assert runs["0_0"].backlog[0].batch_id == takeover.batch_base
     assert runs["1_0"].backlog[0].ranges == (OffsetRange(f"{OLD}-words-repartition", 0, 420, 500),)
+
+
+def test_without_the_old_checkpoint_only_fully_migrated_apps_take_over() -> None:
+    builder = StreamsBuilder()
+    builder.stream("lines", key_serde="str", value_serde="str").group_by_key().count(
+        Materialized.as_("per-key").with_serdes("str", "int")
+    )
+    stateful_only = builder.build()
+    missing = TakeoverFacts(None, {}, {}, {}, checkpoint=None)
+    commits = [OldCommit("0_0", 4, {"lines:0": 10}), OldCommit("0_1", 6, {"lines:1": 7})]
+    takeover = plan(commits, old=stateful_only, new=stateful_only, f=missing)
+    assert (takeover.batch_base, takeover.start_offsets) == (7, {"lines": {0: 10, 1: 7}})
+    # word_count's splitter has no state: where it stops only the checkpoint says.
+    with pytest.raises(TakeoverError, match="task 0_0 has no migrated state"):
+        plan([count_task(0, 6, 420), count_task(1, 7, 300)], f=missing)
