@@ -1,11 +1,14 @@
 """``statekeeper upgrade plan``: what running a new version of an app on its state means;
-``statekeeper upgrade migrate``: the old version's state turned into the new one's
+``statekeeper upgrade migrate``: the old version's state turned into the new one's;
+``statekeeper upgrade cutover|rollback|history``: switching between the versions
 (docs/changing-apps.md)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +75,69 @@ def add_upgrade(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "state cannot be migrated as declared (nothing written)",
         _cmd_upgrade_migrate,
     )
-    app_options(migrate, app_help="the new version's spec file (.yaml/.toml) or application id")
-    migrate.add_argument(
+    _migration_options(migrate)
+
+    cut = subcommand(
+        sub,
+        "cutover",
+        "switch from --from (the old version) to --app (the new one, another application "
+        "id): refusals first, then the old version marked superseded and stopped (with "
+        "--stop-old; it must be stopped otherwise), its state migrated (as upgrade migrate), "
+        "the migrated state read back and verified, the new version marked active (start "
+        "it: it takes over where the old one stopped); exit code 1 when the state cannot be "
+        "migrated as declared, 2 when a step failed (the old version stays active)",
+        _cmd_upgrade_cutover,
+    )
+    _migration_options(cut)
+    cut.add_argument(
+        "--stop-old",
+        action="store_true",
+        help="stop the old version if it runs (SIGTERM to its driver: it commits and stops)",
+    )
+    cut.add_argument(
+        "--stop-timeout-s",
+        type=seconds,
+        default=120.0,
+        help="how long a graceful stop may take before kill -9 (120)",
+    )
+    cut.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip reading the migrated state back (faster; nothing then proves it)",
+    )
+
+    back = subcommand(
+        sub,
+        "rollback",
+        "make the version --app was cut over from active again (its state was only read: it "
+        "resumes where it stopped) and --app superseded",
+        _cmd_upgrade_rollback,
+    )
+    app_options(back, app_help="the new version's spec file or application id")
+    back.add_argument(
+        "--stop-new",
+        action="store_true",
+        help="stop --app if it runs (SIGTERM to its driver)",
+    )
+    back.add_argument(
+        "--stop-timeout-s",
+        type=seconds,
+        default=120.0,
+        help="how long a graceful stop may take before kill -9 (120)",
+    )
+
+    history = subcommand(
+        sub,
+        "history",
+        "the app's cut-overs and rollbacks, oldest first, and whether it is active",
+        _cmd_upgrade_history,
+    )
+    app_options(history, app_help="a spec file or application id")
+
+
+def _migration_options(parser: argparse.ArgumentParser) -> None:
+    app_options(parser, app_help="the new version's spec file (.yaml/.toml) or application id")
+    parser.add_argument(
         "--from",
         dest="old",
         required=True,
@@ -81,12 +145,12 @@ def add_upgrade(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="the old version's spec file or application id (its spec is needed: its "
         "topology decodes the state); --set and --bootstrap apply to it too",
     )
-    migrate.add_argument(
+    parser.add_argument(
         "--local",
         action="store_true",
         help="migrate the tasks one after the other in this process, without Spark",
     )
-    migrate.add_argument(
+    parser.add_argument(
         "--no-snapshot",
         action="store_true",
         help="do not snapshot the migrated tasks (the new changelogs hold the state anyway)",
@@ -117,7 +181,6 @@ def _cmd_upgrade_migrate(args: argparse.Namespace) -> int:
     from statekeeper.cli import _fail
     from statekeeper.migration import (
         MigrationRefused,
-        TaskMigration,
         prepare_migration,
         run_migration,
     )
@@ -125,30 +188,15 @@ def _cmd_upgrade_migrate(args: argparse.Namespace) -> int:
     new_settings, new_spec = app_target(args, need_spec="upgrade migrate")
     old_settings, old_spec = app_target(_old_target(args), need_spec="upgrade migrate --from")
 
-    def progress(task: TaskMigration) -> None:
-        if not args.json:
-            print(_task_line(task), file=sys.stderr, flush=True)
-
+    progress = _progress(args)
     try:  # every refusal comes before Spark starts or any state is read
         prepared = prepare_migration(
             old_spec, new_spec, old_settings, new_settings, snapshot=not args.no_snapshot
         )
     except MigrationRefused as exc:
         return _fail(str(exc), EXIT_INCOMPATIBLE, as_json=args.json)
-    spark, made_here = None, False
-    if not args.local:
-        from statekeeper.spark.session_env import batch_session
-
-        spark, made_here = batch_session(new_settings.spark_master, "statekeeper-migrate")
-    try:
-        report = run_migration(
-            prepared,
-            spark_context=None if spark is None else spark.sparkContext,
-            progress=progress,
-        )
-    finally:
-        if made_here and spark is not None:
-            spark.stop()
+    with _spark_context(args, new_settings) as spark_context:
+        report = run_migration(prepared, spark_context=spark_context, progress=progress)
     migrated = [t for t in report.tasks if t.migrated]
     lines = [
         f"{report.old_application_id} -> {report.new_application_id}: {len(migrated)} of "
@@ -166,6 +214,124 @@ def _cmd_upgrade_migrate(args: argparse.Namespace) -> int:
         )
     emit(args, report.as_dict(), "\n".join(lines))
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _spark_context(args: argparse.Namespace, settings: Any) -> Iterator[Any]:
+    """The SparkContext the migration runs on (None with --local); a session made here is
+    stopped after, an active one is left running."""
+    if args.local:
+        yield None
+        return
+    from statekeeper.spark.session_env import batch_session
+
+    spark, made_here = batch_session(settings.spark_master, "statekeeper-migrate")
+    try:
+        yield spark.sparkContext
+    finally:
+        if made_here:
+            spark.stop()
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    def progress(task: Any) -> None:
+        if not args.json:
+            print(_task_line(task), file=sys.stderr, flush=True)
+
+    return progress
+
+
+def _cmd_upgrade_cutover(args: argparse.Namespace) -> int:
+    from statekeeper.cli import _fail
+    from statekeeper.migration import MigrationRefused
+    from statekeeper.upgrade import cutover
+
+    new_settings, new_spec = app_target(args, need_spec="upgrade cutover")
+    old_settings, old_spec = app_target(_old_target(args), need_spec="upgrade cutover --from")
+    try:
+        with _spark_context(args, new_settings) as spark_context:
+            report = cutover(
+                old_spec,
+                new_spec,
+                old_settings,
+                new_settings,
+                stop_old=args.stop_old,
+                stop_timeout_s=args.stop_timeout_s,
+                verify=not args.no_verify,
+                spark_context=spark_context,
+                progress=_progress(args),
+                snapshot=not args.no_snapshot,
+            )
+    except MigrationRefused as exc:
+        return _fail(str(exc), EXIT_INCOMPATIBLE, as_json=args.json)
+    migration = report.migration
+    lines = [
+        f"{report.from_app} -> {report.to_app}: cut over in {report.seconds:.1f} s "
+        f"(old version: {report.old_stop})",
+        f"migrated {sum(t.migrated for t in migration.tasks)} of {len(migration.tasks)} "
+        "task(s)" + (" on Spark" if migration.on_spark else " locally"),
+    ]
+    if report.verify is not None:
+        totals = report.verify.totals()
+        lines.append(
+            f"verified: {totals['equal']} key(s) equal, {totals['expected_different']} "
+            f"changed by the migration, {totals['unexpected']} unexpected, "
+            f"{totals['tasks']} task(s) at the old commit"
+        )
+    if migration.takeover is not None:
+        lines.append(
+            f"start {report.to_app} now: it takes over at batch {migration.takeover.batch_base}"
+        )
+    lines += [f"note: {note}" for note in migration.notes]
+    emit(args, report.as_dict(), "\n".join(lines))
+    return EXIT_OK
+
+
+def _cmd_upgrade_rollback(args: argparse.Namespace) -> int:
+    from statekeeper.upgrade import rollback
+
+    settings, _spec = app_target(args, need_spec="upgrade rollback")
+    event = rollback(settings, stop_new=args.stop_new, stop_timeout_s=args.stop_timeout_s)
+    text = (
+        f"{event.from_app} rolled back to {event.to_app} ({event.details['new_stop']}): "
+        f"start {event.to_app}; it resumes where it stopped"
+    )
+    emit(args, event.to_json(), text)
+    return EXIT_OK
+
+
+def _cmd_upgrade_history(args: argparse.Namespace) -> int:
+    from statekeeper.versions.history import active_override, read_history
+    from statekeeper.versions.recorded import state_root
+
+    settings, _spec = app_target(args)
+    root = state_root(settings.state_dir, settings.application_id)
+    events = read_history(root)
+    found = active_override(root, settings.application_id)
+    active = None if found is None else found[0]
+    lines = [
+        f"{e.kind} {e.from_app} -> {e.to_app}: {e.stage} at {_when(e.at)}"
+        + (f" ({e.details['error']})" if "error" in e.details else "")
+        for e in events
+    ] or [f"{settings.application_id}: no cut-over or rollback recorded"]
+    if active is not None:
+        lines.append(f"{settings.application_id} is {'active' if active else 'superseded'}")
+    emit(
+        args,
+        {
+            "application_id": settings.application_id,
+            "active": active,
+            "events": [e.to_json() for e in events],
+        },
+        "\n".join(lines),
+    )
+    return EXIT_OK
+
+
+def _when(at: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
 def _old_target(args: argparse.Namespace) -> Any:

@@ -113,7 +113,7 @@ def migrate_task(
     started = time.perf_counter()
     tid = TaskId.parse(task_id)
     new_specs = job.new_topology.store_specs(tid.subtopology)
-    old_specs = _carried_specs(job, tid.subtopology)
+    old_specs = carried_specs(job, tid.subtopology)
     with old_task_state(
         job.old_settings,
         task_id,
@@ -174,7 +174,7 @@ def migrate_task(
     return result
 
 
-def _carried_specs(job: MigrationJob, subtopology: int) -> list[Any]:
+def carried_specs(job: MigrationJob, subtopology: int) -> list[Any]:
     """The old task's stores that are copied or migrated (dropped ones are not read)."""
     if subtopology not in {sub.id for sub in job.old_topology.subtopologies}:
         return []
@@ -199,7 +199,7 @@ def _write_store(job: MigrationJob, old: Any, new: Any, spec: Any) -> StoreCount
     if step.action is StoreAction.EMPTY:
         return counts
     source, target = old.store(spec.name), new.store(spec.name)
-    entries = _entries(source)
+    entries = store_entries(source)
     if step.action is StoreAction.MIGRATE:
         migration = job.migrations.get(spec.name)
         if migration is None:  # store_steps only says migrate when one is declared
@@ -222,7 +222,7 @@ def _write_store(job: MigrationJob, old: Any, new: Any, spec: Any) -> StoreCount
     return counts
 
 
-def _entries(store: Any) -> Iterator[tuple[Any, Any]]:
+def store_entries(store: Any) -> Iterator[tuple[Any, Any]]:
     """A store's committed entries decoded with its (old) serdes; a window store's keys are
     ``(key, window_start)``."""
     if isinstance(store, WindowStore):
