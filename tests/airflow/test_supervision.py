@@ -318,6 +318,35 @@ def test_restart_limit_marks_the_app_failed_and_stops_relaunching(
     assert len(list(logs.glob("*.log"))) == 2
 
 
+def test_an_app_cut_over_from_stays_stopped_and_a_rollback_runs_it_again(
+    airflow_db, broker, specs, monkeypatch
+):
+    from statekeeper.versions.history import CUTOVER, DONE, ROLLBACK, UpgradeEvent, record_event
+
+    suffix = uuid.uuid4().hex[:6]
+    app_id = f"wc-old-{suffix}"
+    state_dir = specs.parent / "state"
+    _spec(
+        specs,
+        app_id,
+        {"bootstrap_servers": "127.0.0.1:9", "broker_timeout_s": 1, "state_dir": str(state_dir)},
+        {"input_topic": f"lines-{suffix}", "output_topic": f"word-counts-{suffix}"},
+    )
+    logs, task = state_dir / app_id / "logs", f"supervise_{app_id}"
+    dag = Supervised(specs, monkeypatch)
+    limits = {**FAST, "max_restarts": 5, "watch_period_s": 1, "backoff_base_s": 0}
+    # Enabled in its spec, but a cut-over made another version active: not launched.
+    record_event([state_dir / app_id], UpgradeEvent(CUTOVER, app_id, f"{app_id}-v2", DONE))
+    state, out = dag.run(supervision=limits)
+    assert state == "success", out
+    assert out[task][1]["why"] == f"superseded by {app_id}-v2 (cutover done)"
+    assert not list(logs.glob("*.log"))
+    # Rolled back: active again, launched (this one cannot reach a broker and fails).
+    record_event([state_dir / app_id], UpgradeEvent(ROLLBACK, f"{app_id}-v2", app_id, DONE))
+    dag.run(supervision=limits)
+    assert list(logs.glob("*.log"))
+
+
 def test_running_sensor_defers_to_the_trigger_and_reads_its_event(tmp_path):
     """The sensor's own path: execute defers to the trigger (until_running), the trigger
     reads the status file, execute_complete passes on RUNNING and fails on ERROR."""

@@ -114,3 +114,20 @@ def active_override(root: Path, application_id: str) -> tuple[bool, UpgradeEvent
             return application_id == event.from_app, event
         return application_id == event.to_app, event
     return None
+
+
+def desired_running(
+    spec_enabled: bool, root: Path, application_id: str
+) -> tuple[bool, str, float | None]:
+    """Whether supervision should keep the app running: its newest upgrade event decides
+    when there is one, else its spec's ``enabled``. Returns (run?, why, the deciding
+    event's time or None)."""
+    found = active_override(root, application_id)
+    if found is None:
+        why = "enabled in its spec" if spec_enabled else "disabled in its spec (enabled: false)"
+        return spec_enabled, why, None
+    active, event = found
+    other = event.from_app if event.to_app == application_id else event.to_app
+    if active:
+        return True, f"active since the {event.kind} from {other} ({event.stage})", event.at
+    return False, f"superseded by {other} ({event.kind} {event.stage})", event.at

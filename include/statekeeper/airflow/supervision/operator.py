@@ -284,12 +284,16 @@ class SupervisedAppOperator(StatekeeperAppOperator):
         record: SupervisionRecord,
     ) -> Any:  # fmt: skip
         app = self.application_id
-        if not hook.spec.enabled:
-            result = self._stop_as(
-                record, cfg, "disabled in its spec (enabled: false)", STAY_STOPPED
-            )
+        run, why, decided_at = self._desired(hook)
+        if not run:
+            result = self._stop_as(record, cfg, why, STAY_STOPPED)
             store.save(record)
             return result
+        if record.stopped and decided_at is not None and decided_at > record.stopped["at"]:
+            # Made active by a cut-over or rollback after an operator's stop: that decides.
+            self.log.info("%s: %s, after its stop by %s", app, why, record.stopped.get("by"))
+            record.stopped = None
+            store.save(record)
         if record.failed:
             raise AirflowFailException(
                 f"{app} is FAILED since {_when(record.failed['at'])}: {record.failed['reasons']} "
@@ -310,6 +314,8 @@ class SupervisedAppOperator(StatekeeperAppOperator):
             stop = identity.intended_stop()
             if stop is not None:
                 return self._after_intended_stop(context, store, record, cfg, identity, stop)
+            if superseded := self._superseded(hook):
+                return self._gone_superseded(context, store, record, cfg, identity, superseded)
             violation = {
                 "kind": "process_gone",
                 "reason": f"process gone: {detail} (found at reconcile)",
@@ -383,7 +389,34 @@ class SupervisedAppOperator(StatekeeperAppOperator):
             stop = watched.intended_stop()
             if stop is not None:
                 return self._after_intended_stop(context, store, record, cfg, watched, stop)
+        if superseded := self._superseded(_hook):
+            return self._gone_superseded(context, store, record, cfg, watched, superseded)
         return self._unhealthy(context, store, record, cfg, violations)
+
+    # -- upgrades: the version cut over to runs, the one cut over from stays stopped -----
+
+    def _desired(self, hook: Any) -> tuple[bool, str, float | None]:
+        from statekeeper.versions.history import desired_running
+        from statekeeper.versions.recorded import state_root
+
+        settings = hook.settings
+        root = state_root(settings.state_dir, settings.application_id)
+        return desired_running(hook.spec.enabled, root, settings.application_id)
+
+    def _superseded(self, hook: Any) -> str | None:
+        """Why the app is to stay stopped after a cut-over (or rollback) away from it."""
+        run, why, decided_at = self._desired(hook)
+        return None if run or decided_at is None else why
+
+    def _gone_superseded(
+        self, context: Any, store: SupervisionStore, record: SupervisionRecord,
+        cfg: SupervisionConfig, gone: AppProcessIdentity, why: str,
+    ) -> Any:  # fmt: skip
+        """The launch is gone because a cut-over stopped it: not a crash, not relaunched."""
+        self.log.info("%s: pid %d gone: %s (not a crash)", self.application_id, gone.pid, why)
+        record.identity = None
+        store.save(record)
+        return self._finish(context, store, record, cfg, {}, note=why)
 
     def _after_intended_stop(
         self, context: Any, store: SupervisionStore, record: SupervisionRecord,
