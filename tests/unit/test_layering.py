@@ -61,6 +61,10 @@ ALLOWED: dict[str, set[str]] = {
     "app": _RUNTIME
     | {"spark", "worker", "snapshots", "cluster", "placement", "standby", "versions"},
     "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster", "placement", "versions"},
+    # Backfill: runs the app's own topology as a bounded run of StatekeeperApp (app) under its
+    # checkpoint; reads offset JSON and Spark's checkpoint files (spark), the takeover and
+    # state root (versions), and whether the app runs (ops).
+    "backfill": _RUNTIME | {"app", "spark", "versions", "ops"},
     "airflow": _RUNTIME
     | {"spark", "worker", "app", "ops", "snapshots", "cluster", "placement"}
     | {"procfs", "process_identity", "versions", "upgrade"},

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from statekeeper.app.lifecycle import (
     StateListener,
     settle_idle_start,
 )
+from statekeeper.app.recorded_start import read_start
 from statekeeper.app.snapshot_requests import SnapshotRequests
 from statekeeper.app.state_version import check_state_at_start
 from statekeeper.app.status import StatusBoard, StatusServer
@@ -50,6 +51,7 @@ from statekeeper.spark.checkpoint_log import (
     last_committed_offsets,
     logged_batch_ranges,
 )
+from statekeeper.spark.offset_planning import cap_offsets, offsets_to_json, parse_offset_spec
 from statekeeper.state.restore_progress import read_restore_progress
 from statekeeper.versions.recorded import state_root
 from statekeeper.versions.takeover import Takeover
@@ -76,6 +78,10 @@ REPORT_REFRESH_S = 5.0
 SNAPSHOT_STOP_WAIT_S = 60.0
 
 
+#: Called after every micro-batch with its figures and each partition's position.
+BatchListener = Callable[[dict[str, Any], dict[tuple[str, int], int]], None]
+
+
 class StopRequested(StatekeeperError):
     """Raised inside a batch that began after a stop was requested: Spark keeps the batch
     uncommitted in its checkpoint, so the next start runs it again."""
@@ -88,6 +94,10 @@ class StatekeeperApp:
     ``stop_when_idle``); state transitions go to ``StateListener``s and the status endpoint.
     ``recent_batches`` is how many completed micro-batches ``batches`` and the status
     page's median batch time cover (totals count every batch).
+
+    ``stop_at_offsets`` makes a *bounded run* (``statekeeper backfill``): the source reads
+    no source partition past its offset, and ``stop_when_idle`` stops once every source
+    partition reached it and every repartition topic is read to its end.
     """
 
     def __init__(
@@ -98,6 +108,7 @@ class StatekeeperApp:
         spark_conf: dict[str, str] | None = None,
         listeners: list[StateListener] | None = None,
         recent_batches: int = DEFAULT_WINDOW,
+        stop_at_offsets: Mapping[tuple[str, int], int] | None = None,
     ) -> None:
         self.topology = topology
         self.settings = settings
@@ -151,6 +162,10 @@ class StatekeeperApp:
         #: Spark batch s is statekeeper batch s + _batch_base.
         self._takeover: Takeover | None = None
         self._batch_base = 0
+        self._stop_at = dict(stop_at_offsets) if stop_at_offsets is not None else None
+        self._batch_listeners: list[BatchListener] = []
+        self._snapshot_before_stop = False
+        self._final_snapshot: dict[str, Any] | None = None
 
     # -- public API --------------------------------------------------------------------------
 
@@ -185,6 +200,17 @@ class StatekeeperApp:
     def add_state_listener(self, listener: StateListener) -> None:
         self.machine.add_listener(listener)
 
+    def add_batch_listener(self, listener: BatchListener) -> None:
+        """``listener(batch, positions)`` after every micro-batch (on the batch's thread):
+        the batch's figures (as in ``batches``) and every partition's position."""
+        self._batch_listeners.append(listener)
+
+    @property
+    def final_snapshot(self) -> dict[str, Any] | None:
+        """The snapshot requested before a ``snapshot_before_stop`` run stopped (as it was
+        requested; its progress is in ``snapshots.status()``), else None."""
+        return self._final_snapshot
+
     def request_snapshot(self) -> dict[str, Any]:
         """Ask for a snapshot of every task at the next commit boundary (the next batch, or a
         commit-only pass when the app is idle); returns the request (``request_id``, state).
@@ -195,9 +221,18 @@ class StatekeeperApp:
         """Ask for a graceful stop: the running batch finishes and commits, then Spark stops."""
         self._stop_requested.set()
 
-    def run(self, *, stop_when_idle: bool = False, idle_s: float = 3.0) -> None:
+    def run(
+        self,
+        *,
+        stop_when_idle: bool = False,
+        idle_s: float = 3.0,
+        snapshot_before_stop: bool = False,
+    ) -> None:
         """Start and block until stopped. With ``stop_when_idle`` the app stops once every
-        source partition is fully processed and no batch ran for ``idle_s`` seconds."""
+        source partition is fully processed and no batch ran for ``idle_s`` seconds; with
+        ``snapshot_before_stop`` too, it then snapshots every stateful task and stops once
+        the snapshot is taken (uploads get the graceful stop's wait)."""
+        self._snapshot_before_stop = snapshot_before_stop
         self._install_sigterm()
         try:
             self._run(stop_when_idle, idle_s)
@@ -422,17 +457,18 @@ class StatekeeperApp:
             )
         topics = sorted(self._plan.partitions)  # type: ignore[union-attr]
         self.checkpoint.mkdir(parents=True, exist_ok=True)
-        ranges = (
+        starting = self._starting_offsets()
+        reader = (
             spark.readStream.format("statekeeper_kafka_ranges")
             .option("kafka.bootstrap.servers", s.bootstrap_servers)
             .option("subscribe", ",".join(topics))
-            .option(
-                "startingOffsets",
-                self._takeover.starting_offsets_json() if self._takeover else s.starting_offsets,
-            )
+            .option("startingOffsets", starting)
             .option("maxRecordsPerBatch", str(s.max_records_per_batch))
-            .load()
         )
+        if self._stop_at is not None:
+            reader = reader.option("stopAtOffsets", offsets_to_json(self._stop_at))
+            self._seed_positions(starting)
+        ranges = reader.load()
         return (
             ranges.writeStream.queryName(self.app_id)
             .foreachBatch(self._on_batch)
@@ -440,6 +476,26 @@ class StatekeeperApp:
             .trigger(processingTime=f"{s.trigger_interval_ms} milliseconds")
             .start()
         )
+
+    def _starting_offsets(self) -> str:
+        """Where the query starts when its checkpoint has no batch yet (and where Spark's
+        batch 0 starts when it runs again): the takeover's offsets, else those a backfill
+        recorded (statekeeper.app.recorded_start), else ``starting_offsets``."""
+        if self._takeover is not None:
+            return self._takeover.starting_offsets_json()
+        recorded = read_start(self.checkpoint)
+        if recorded is not None:
+            return recorded.starting_offsets_json()
+        return self.settings.starting_offsets
+
+    def _seed_positions(self, starting: str) -> None:
+        """A bounded run knows where a partition without a committed position stands when
+        the start is explicit: a partition with nothing to read below its stop offset never
+        appears in a batch, and must not look unprocessed."""
+        spec = parse_offset_spec(starting, "startingOffsets", "earliest")
+        for tp, offset in spec.offsets.items():
+            if offset >= 0:
+                self._positions.setdefault(tp, offset)
 
     # -- supervise ---------------------------------------------------------------------------
 
@@ -463,8 +519,13 @@ class StatekeeperApp:
             self._follow_executors()
             self._refresh_executor_reports()
             if stop_when_idle and not self.snapshots.pending and self._idle(idle_s):
-                log.info("all input processed; stopping")
-                self.stop()
+                if self._snapshot_before_stop and self._final_snapshot is None:
+                    log.info("all input processed; a snapshot of every task, then stopping")
+                    self._final_snapshot = self.request_snapshot()
+                    self._publish_snapshots()
+                else:
+                    log.info("all input processed; stopping")
+                    self.stop()
             if self._stop_requested.is_set():
                 self._graceful_stop(query)
                 break
@@ -498,7 +559,8 @@ class StatekeeperApp:
         return self._caught_up()
 
     def _caught_up(self) -> bool:
-        """Every source partition processed to the end offsets last read."""
+        """Every source partition processed to the end offsets last read (a bounded run's
+        are capped at its stop offsets)."""
         return bool(self._ends) and all(
             self._positions.get(tp, 0) >= end for tp, end in self._ends.items()
         )
@@ -511,7 +573,7 @@ class StatekeeperApp:
             conf = consumer_config(self.settings.bootstrap_servers, group_id=f"{self.app_id}-lag")
             self._end_reader = LogEndReader(conf, self.settings.broker_timeout_s)
         tps = [(t, p) for t, n in self._plan.partitions.items() for p in range(n)]  # type: ignore[union-attr]
-        self._ends = self._end_reader.read(tps)
+        self._ends = cap_offsets(self._end_reader.read(tps), self._stop_at)
 
     # -- one micro-batch (driver side) --------------------------------------------------------
 
@@ -697,6 +759,11 @@ class StatekeeperApp:
         self.board.update(last_batch=last, totals=dict(self._stats.totals))
         records = last["records"]
         log.info("batch %d: %d tasks, %d records in %.2fs", batch_id, len(runs), records, seconds)
+        for listener in self._batch_listeners:
+            try:
+                listener(dict(last), dict(self._positions))
+            except Exception:  # a listener's bug must not fail the batch
+                log.exception("batch listener %r failed", listener)
 
     # -- snapshots (statekeeper.app.snapshot_requests) -----------------------------------------
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from statekeeper import __version__
 from statekeeper.cli.app import add_app
 from statekeeper.cli.audit import EXIT_AUDIT_FAILED, add_audit
+from statekeeper.cli.backfill import add_backfill
 from statekeeper.cli.broker import add_broker
 from statekeeper.cli.cluster import add_cluster
 from statekeeper.cli.common import (
@@ -117,4 +118,5 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster(commands)
     add_spec(commands)
     add_upgrade(commands)
+    add_backfill(commands)
     return parser

@@ -16,7 +16,8 @@ Options (Spark passes the keys lower-cased; see
 ``startingOffsets`` (``earliest`` | ``latest`` | JSON; streams default to ``latest``, batch
 to ``earliest``), ``endingOffsets`` (batch: ``latest`` | JSON), ``maxRecordsPerBatch`` or
 Spark's ``maxOffsetsPerTrigger`` (streaming admission control, fair share across
-partitions), ``timeoutSeconds``, and any other ``kafka.*`` key as a librdkafka consumer
+partitions), ``stopAtOffsets`` (streams: JSON offsets no micro-batch reads past, for a
+bounded run), ``timeoutSeconds``, and any other ``kafka.*`` key as a librdkafka consumer
 setting.
 
 Offsets in Spark's checkpoint are ``{"topic": {"0": 12}}`` dicts in sorted order: Spark
@@ -67,6 +68,7 @@ from statekeeper.spark.offset_planning import (
     LATEST,
     TP,
     SourceOptions,
+    cap_offsets,
     offsets_from_dict,
     offsets_to_dict,
     parse_source_options,
@@ -246,6 +248,8 @@ class _StreamPlanning(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             target = self._target
             available = {tp: min(end, target.get(tp, begin[tp])) for tp, end in available.items()}
+        # A bounded stream (stopAtOffsets) runs dry at its stop offsets.
+        available = cap_offsets(available, self.options.stop_at)
         end = plan_batch_end(begin, available, self._max_rows(limit))
         self._last = offsets_to_dict(end)
         return self._last

@@ -9,7 +9,8 @@ Pure functions (no broker, no Spark), shared by the row source and the ranges so
   offset}`` and Spark's offset dict. Spark compares offsets as JSON text, so the dict is
   always built in sorted order (topic, then partition number);
 - :func:`plan_batch_end` is admission control: how far each partition may advance in one
-  micro-batch under ``maxRecordsPerBatch``.
+  micro-batch under ``maxRecordsPerBatch``;
+- :func:`cap_offsets` caps end offsets at ``stopAtOffsets`` (a bounded stream: a backfill).
 """
 
 from __future__ import annotations
@@ -155,6 +156,14 @@ def plan_batch_end(
     return {tp: start[tp] + take[tp] for tp in start}
 
 
+def cap_offsets(ends: Mapping[TP, int], stop_at: Mapping[TP, int] | None) -> dict[TP, int]:
+    """``ends`` with every partition named in ``stop_at`` capped at its stop offset (the
+    others as they are): what a bounded stream may read at most."""
+    if not stop_at:
+        return dict(ends)
+    return {tp: min(end, stop_at[tp]) if tp in stop_at else end for tp, end in ends.items()}
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Options of the ``statekeeper_kafka`` and ``statekeeper_kafka_ranges`` sources.
@@ -168,6 +177,9 @@ class SourceOptions:
             Spark's Kafka source): streaming admission control.
         timeout_s: ``timeoutSeconds``: broker requests and reads without progress.
         kafka_overrides: every other ``kafka.*`` option, as librdkafka consumer settings.
+        stop_at: ``stopAtOffsets`` (streams only; JSON like ``startingOffsets``, offsets >= 0):
+            no micro-batch reads a named partition past its offset, so the stream runs dry
+            there (a bounded run: ``statekeeper backfill``). Unnamed partitions are not capped.
     """
 
     bootstrap: str
@@ -177,6 +189,7 @@ class SourceOptions:
     max_records_per_batch: int | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     kafka_overrides: dict[str, str] = field(default_factory=dict)
+    stop_at: dict[TP, int] | None = None
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -205,7 +218,12 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         raise ConfigError("option 'endingOffsets' is for batch queries only (spark.read)")
     if not streaming:
         _check_batch_bounds(starting, ending)
-    for spec, option in ((starting, "startingOffsets"), (ending, "endingOffsets")):
+    stop_at = _stop_at(opts, streaming)
+    for spec, option in (
+        (starting, "startingOffsets"),
+        (ending, "endingOffsets"),
+        (OffsetSpec("offsets", stop_at or {}), "stopAtOffsets"),
+    ):
         unknown = sorted({t for t, _ in spec.offsets} - set(topics))
         if unknown:
             raise ConfigError(
@@ -226,7 +244,31 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             for key, value in sorted(opts.items())
             if key.startswith("kafka.") and key != BOOTSTRAP_OPTION
         },
+        stop_at=stop_at,
     )
+
+
+def _stop_at(opts: Mapping[str, str], streaming: bool) -> dict[TP, int] | None:
+    raw = opts.get("stopatoffsets")
+    if raw is None or not str(raw).strip():
+        return None
+    if not streaming:
+        raise ConfigError(
+            "option 'stopAtOffsets' is for streaming queries only (batch queries: endingOffsets)"
+        )
+    spec = parse_offset_spec(str(raw), "stopAtOffsets", "latest")
+    if spec.kind != "offsets":
+        raise ConfigError(
+            f'option \'stopAtOffsets\': expected JSON like {{"topic": {{"0": 12}}}}, got {raw!r}'
+        )
+    negative = sorted(tp for tp, offset in spec.offsets.items() if offset < 0)
+    if negative:
+        topic, partition = negative[0]
+        raise ConfigError(
+            f"option 'stopAtOffsets': offset of {topic}[{partition}] must be >= 0, got "
+            f"{spec.offsets[negative[0]]}"
+        )
+    return spec.offsets
 
 
 def _check_batch_bounds(starting: OffsetSpec, ending: OffsetSpec) -> None:

@@ -1,0 +1,87 @@
+"""``statekeeper backfill``: run an app's own topology over its sources' history on Spark,
+then let the stream (``statekeeper app run``) continue where it stopped."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from statekeeper.cli.common import EXIT_OK, app_options, app_target, emit, int_in, subcommand
+
+DOCS = "docs/changing-apps.md#backfilling-from-history"
+
+
+def add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = subcommand(
+        commands,
+        "backfill",
+        "run the app's topology over its sources' retained history on Spark (blocks); the "
+        "stream then continues where it stopped",
+        _cmd_backfill,
+    )
+    app_options(run)
+    run.add_argument(
+        "--from",
+        dest="from_",
+        metavar="earliest|TIMESTAMP_MS",
+        help="where a fresh app starts: the log start (earliest, the default) or the first "
+        "record at or after a timestamp (epoch ms; a fresh app only). An app that has run "
+        "continues from its checkpoint",
+    )
+    run.add_argument(
+        "--until",
+        metavar="now|OFFSETS_JSON",
+        help="where the backfill stops and the stream takes over: now (the log ends at start, "
+        'the default) or {"topic": {"0": 1200, ...}} (-1: now; an unnamed topic: now)',
+    )
+    run.add_argument(
+        "--snapshot",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="snapshot every stateful task at the end (default: yes)",
+    )
+    run.add_argument(
+        "--max-records-per-batch",
+        type=int_in(1),
+        metavar="N",
+        help="source records per micro-batch (default: the app's setting, at least 500000)",
+    )
+    run.add_argument(
+        "--store",
+        action="append",
+        metavar="STORE",
+        help="not supported yet: a backfill runs the whole topology",
+    )
+
+
+def _cmd_backfill(args: argparse.Namespace) -> int:
+    from statekeeper.backfill.bounds import parse_from, parse_until
+    from statekeeper.errors import ConfigError
+
+    settings, spec = app_target(args, need_spec="backfill")
+    if args.store:
+        raise ConfigError(
+            f"backfill --store {args.store[0]}: not supported yet; a backfill runs the whole "
+            f"topology, every store ({DOCS})"
+        )
+    from_spec = parse_from(args.from_)
+    topology = spec.build_topology()
+    until_spec = parse_until(args.until, topology.source_topics(settings.application_id))
+
+    import logging
+
+    from statekeeper.app.launcher import configure_logging
+    from statekeeper.backfill.run import prepare_backfill, run_backfill
+
+    prepared = prepare_backfill(
+        spec, settings, from_spec, until_spec, max_records_per_batch=args.max_records_per_batch
+    )
+    configure_logging(logging.WARNING)  # the progress lines say what happens
+
+    def progress(line: str) -> None:
+        print(f"backfill {settings.application_id}: {line}", file=sys.stderr, flush=True)
+
+    progress(prepared.plan.note)
+    report = run_backfill(prepared, snapshot=args.snapshot, progress=progress)
+    emit(args, report.to_dict(), report.text())
+    return EXIT_OK
