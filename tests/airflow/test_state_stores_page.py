@@ -379,6 +379,15 @@ def _supervised(stack: Stack) -> dict[str, Any]:
     return restart
 
 
+def _cut_over_to(stack: Stack) -> None:
+    """An upgrade history as a cut-over from an older version leaves it."""
+    from statekeeper.versions.history import CUTOVER, DONE, UpgradeEvent, record_event
+
+    details = {"batch_base": 7, "verify": {"equal": 3, "expected_different": 9, "unexpected": 0}}
+    event = UpgradeEvent(CUTOVER, "wc-v0", stack.app_id, DONE, details=details)
+    record_event([stack.app.status_file.parent], event)
+
+
 def test_the_overview_carries_the_supervision_record(stack):
     restart = _supervised(stack)
     code, body = get(f"{stack.base_url}/statekeeper/api/apps/{stack.app_id}", token=stack.token)
@@ -413,6 +422,7 @@ def test_the_page_in_the_airflow_ui_shows_the_app_stores_snapshot_and_drill(stac
 
     started = time.perf_counter()
     _supervised(stack)
+    _cut_over_to(stack)
     screenshot = _screenshot_path()
     driver = _browser()
     try:
@@ -452,6 +462,10 @@ def test_the_page_in_the_airflow_ui_shows_the_app_stores_snapshot_and_drill(stac
         assert "word-counts" in body  # its stores
         assert all(snapshot_id in body for snapshot_id in stack.snapshot_ids)  # latest snapshots
         assert stack.drill_id in body and "pass" in body  # the drill
+        # Its version: the recorded topology, active, and the cut-over that made it so.
+        version = driver.find_element(By.CSS_SELECTOR, f"#app-{stack.app_id} .version").text
+        assert "active" in version and "since the cutover from" in version
+        assert f"wc-v0 → {stack.app_id}" in body and "batches from 7" in body
         points = driver.find_elements(By.CSS_SELECTOR, "svg.trend circle.pass")
         assert len(points) == len(stack.drill_ids)  # the trend chart: one point per drill
         driver.switch_to.default_content()

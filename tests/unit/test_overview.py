@@ -138,3 +138,33 @@ def test_the_overview_of_a_spec_lists_drills_oldest_first_with_their_files(tmp_p
     assert first["files"] == {"report": "report.html"}  # no Data Docs written
     assert second["failures"] == ["1_0 counts integrity: detail"]
     assert drill_report_dir([spec], APP, "d2") == tmp_path / "state" / ".drills" / APP / "d2"
+
+
+def test_the_overview_shows_the_version_and_its_cut_overs(tmp_path):
+    from statekeeper.versions.history import CUTOVER, DONE, ROLLBACK, UpgradeEvent, record_event
+
+    state = tmp_path / "state"
+    spec = tmp_path / "app.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "application_id": APP,
+                "topology": "nowhere.py:build",
+                "settings": {"state_dir": str(state)},
+            }
+        )  # fmt: skip
+    )
+    assert app_overview(spec)["version"] == {
+        "digest": None, "active": True, "why": "enabled in its spec", "upgrades": [],
+    }  # fmt: skip
+    record_event(
+        [state / APP],
+        UpgradeEvent(CUTOVER, "old", APP, DONE, at=100.0, details={"batch_base": 7}),
+    )
+    record_event([state / APP], UpgradeEvent(ROLLBACK, APP, "old", DONE, at=200.0))
+    version = app_overview(spec)["version"]
+    assert (version["active"], version["why"]) == (False, "superseded by old (rollback done)")
+    assert [(u["kind"], u["batch_base"]) for u in version["upgrades"]] == [
+        ("rollback", None),
+        ("cutover", 7),
+    ]

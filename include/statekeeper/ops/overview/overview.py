@@ -15,6 +15,7 @@ from typing import Any
 from statekeeper.app.spec import load_app_spec
 from statekeeper.errors import ConfigError
 from statekeeper.ops.overview.app_status import read_app_status
+from statekeeper.ops.overview.app_version import app_version
 from statekeeper.ops.overview.histories import audit_rows, drill_rows, report_dir_of
 from statekeeper.ops.overview.snapshot_rows import snapshot_summary
 from statekeeper.ops.overview.task_stores import task_rows
@@ -30,7 +31,8 @@ def gather_overview(spec_paths: Iterable[str | Path], status_timeout_s: float = 
 
 def app_overview(spec_path: str | Path, status_timeout_s: float = 1.0) -> dict[str, Any]:
     """The overview of the app of one spec: status, tasks and stores, snapshots, drills,
-    audits; ``errors`` maps a section that could not be read to why."""
+    audits, its version (fingerprint, active or superseded, cut-overs and rollbacks);
+    ``errors`` maps a section that could not be read to why."""
     errors: dict[str, str] = {}
     try:
         spec = load_app_spec(spec_path)
@@ -68,6 +70,9 @@ def app_overview(spec_path: str | Path, status_timeout_s: float = 1.0) -> dict[s
         "snapshots": _section(errors, "snapshots", lambda: snapshot_summary(settings), None),
         "drills": _section(errors, "drills", lambda: drill_rows(state_dir, app), []),
         "audits": _section(errors, "audits", lambda: audit_rows(state_dir, app), []),
+        "version": _section(
+            errors, "version", lambda: app_version(state_dir, app, spec.enabled), None
+        ),
         "errors": errors,
     }
 

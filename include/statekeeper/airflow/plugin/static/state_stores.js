@@ -239,6 +239,21 @@ function auditsSection(app) {
   return table(["Audited (UTC)", "Verdict", "Topics", "Fixes applied", "Why"], rows, [2, 3]);
 }
 
+function versionSection(app) {
+  const v = app.version;
+  if (!v) return el("p", { class: "note" }, "No version recorded yet (the app records its topology at its first start).");
+  const head = el("p", { class: "version" },
+    "Topology ", el("span", { class: "mono" }, v.digest || "not recorded yet"), " · ",
+    badge(v.active ? "active" : "superseded", v.active ? "ok" : "warn"), " ",
+    el("span", { class: "note" }, v.why));
+  if (!v.upgrades.length) return head;
+  const rows = v.upgrades.map((u) => [when(u.at), u.kind, `${u.from_app} → ${u.to_app}`,
+    badge(u.stage, u.stage === "done" ? "ok" : u.stage === "failed" ? "bad" : "warn"),
+    u.error || (u.verify ? `verified: ${num(u.verify.expected_different + u.verify.equal)} keys, ` +
+      `${num(u.verify.unexpected)} unexpected` : "") + (u.batch_base != null ? `; batches from ${u.batch_base}` : "")]);
+  return el("div", {}, head, table(["When", "Upgrade", "Versions", "Stage", "Details"], rows));
+}
+
 function appDetails(app) {
   const errors = Object.entries(app.errors || {});
   return el("section", { class: "app", id: "app-" + app.application_id },
@@ -249,6 +264,7 @@ function appDetails(app) {
     errors.length ? el("ul", { class: "error" }, errors.map(([k, v]) => el("li", {}, `${k}: ${v}`))) : "",
     app.error ? el("p", { class: "error" }, "Last error: " + app.error) : "",
     el("h3", {}, "Supervision"), supervisionSection(app),
+    el("h3", {}, "Version"), versionSection(app),
     el("h3", {}, "Tasks and stores"), storesSection(app),
     el("h3", {}, "Snapshots"), snapshotsSection(app),
     el("h3", {}, "Restore drills"), drillsSection(app),
