@@ -68,10 +68,10 @@ def decide_start(history: AppHistory, from_spec: FromSpec) -> StartPlan:
     )
     if recorded is not None:
         if ts is not None and recorded.chosen_by != from_spec.label:
-            raise ConfigError(
-                f"--from {ts}: the app's query started at offsets chosen by "
-                f"{recorded.chosen_by!r} (recorded in {history.checkpoint}); a backfill can "
-                "only continue it: leave out --from"
+            _refuse_timestamp(
+                ts,
+                f"its query started at offsets chosen by {recorded.chosen_by!r} (recorded in "
+                f"{history.checkpoint})",
             )
         return StartPlan(True, None, f"continues the backfill from {recorded.chosen_by} at {at}")
     if history.logged_batches:

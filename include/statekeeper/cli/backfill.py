@@ -70,8 +70,11 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
 
     import logging
 
+    from statekeeper.app.child_process import die_with_parent
     from statekeeper.app.launcher import configure_logging
     from statekeeper.backfill.run import prepare_backfill, run_backfill
+
+    die_with_parent()  # a no-op unless a parent asked (a test's child process)
 
     prepared = prepare_backfill(
         spec, settings, from_spec, until_spec, max_records_per_batch=args.max_records_per_batch
