@@ -110,7 +110,7 @@ def test_backfill_then_the_stream_continue_exactly(spark, broker, tmp_path, caps
     assert report["source_records"] == sum(history.values()) == 4_000
     assert report["batches"] >= 3 and report["tasks"] == 2 * PARTITIONS
     assert "a fresh app, from earliest" in report["start"]
-    assert "left until --until" in err and "a fresh app, from earliest" in err
+    assert "left below --until" in err and "a fresh app, from earliest" in err
     snapshot = report["snapshot"]
     assert snapshot["state"] == "uploaded", snapshot
     assert sorted(snapshot["snapshot_ids"]) == [f"1_{p}" for p in range(PARTITIONS)]

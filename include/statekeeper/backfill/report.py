@@ -93,5 +93,5 @@ class Progress:
         self._emit(
             f"batch {batch.get('batch_id')}: {source:,} source records "
             f"({batch.get('records', 0):,} processed) in {batch.get('seconds', 0):.2f} s; "
-            f"{records_left(self._until, now):,} left until --until"
+            f"{records_left(self._until, now):,} source records left below --until"
         )

@@ -162,4 +162,6 @@ def test_batch_listeners_get_each_batch_and_the_positions(tmp_path: Path) -> Non
     results = [TaskRunResult("0_0", 3, True, records_processed=20)]
     app._record(3, runs, results, 0.5)
     assert seen == [(3, {L0: 20, L1: 30})]
-    assert lines == ["batch 3: 40 source records (20 processed) in 0.50 s; 30 left until --until"]
+    assert lines == [
+        "batch 3: 40 source records (20 processed) in 0.50 s; 30 source records left below --until"
+    ]
