@@ -155,6 +155,13 @@ def run_backfill(
         for (t, n), end in sorted(p.until.items())
         if start.get((t, n), 0) > end
     ]
+    taken = _snapshot_report(app) if snapshot else None
+    if taken is not None and taken["state"] != "uploaded":
+        notes.append(
+            f"the snapshot is {taken['state']} ({taken.get('errors') or 'no errors reported'}): "
+            "the state is committed; a restore replays the changelogs until the next snapshot "
+            "(`statekeeper snapshot create`)"
+        )
     return BackfillReport(
         application_id=p.settings.application_id,
         start=p.plan.note,
@@ -169,7 +176,7 @@ def run_backfill(
         tasks=len(status.get("tasks") or {}),
         max_records_per_batch=p.settings.max_records_per_batch,
         checkpoint=str(p.checkpoint),
-        snapshot=_snapshot_report(app) if snapshot else None,
+        snapshot=taken,
         notes=notes,
     )
 
