@@ -14,7 +14,8 @@ action) is no crash: the app is relaunched without counting it.
 
 `statekeeper_app_actions` (Trigger DAG w/ config; not queued behind a watch): `action` =
 stop (graceful, stays stopped) | restart (clears FAILED) | redeploy with `upgrade_mode` =
-last-state | snapshot (`snapshot_id`) | stateless; `apps` = the app ids (empty: all). A
+last-state | snapshot (`snapshot_id`) | stateless | migrate (`from_app`: cut over from the
+app's previous version, docs/changing-apps.md); `apps` = the app ids (empty: all). A
 running watch hands over to the new launch. `statekeeper_apps` still takes the same params
 (queued behind its running watch). Wiring only: statekeeper.airflow.supervision.operator.
 """
@@ -34,8 +35,12 @@ def _params(action: str, actions: list[str]) -> dict[str, Param]:
         "action": Param(action, enum=actions, description="what to do"),
         "upgrade_mode": Param(
             "last-state",
-            enum=["last-state", "snapshot", "stateless"],
-            description="redeploy: keep local state, restore a snapshot, or replay changelogs",
+            enum=["last-state", "snapshot", "stateless", "migrate"],
+            description="redeploy: keep local state, restore a snapshot, replay changelogs, "
+            "or migrate from_app's state (cut over from the app's previous version)",
+        ),
+        "from_app": Param(
+            "", type="string", description="upgrade_mode=migrate: the previous version's app id"
         ),
         "snapshot_id": Param("latest", type="string", description="redeploy from this snapshot"),
         "apps": Param([], type="array", description="app ids the action is for (empty: all)"),
@@ -55,6 +60,7 @@ def _steps(prefix: str, actions_only: bool) -> None:
             action="{{ params.action }}",
             upgrade_mode="{{ params.upgrade_mode }}",
             snapshot_id="{{ params.snapshot_id }}",
+            from_app="{{ params.from_app }}",
             apps="{{ params.apps }}",
             supervision="{{ params.supervision }}",
             actions_only=actions_only,

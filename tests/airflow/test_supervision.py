@@ -61,14 +61,21 @@ FAST = {
 }
 
 
-def _spec(folder: Path, app_id: str, settings: dict[str, Any], params: dict[str, str]) -> Path:
-    """word_count's spec re-targeted (topics, state, checkpoints) in ``folder/<app>/``."""
-    raw = load_app_spec(spark_app_spec("word_count")).model_dump()
+def _spec(
+    folder: Path,
+    app_id: str,
+    settings: dict[str, Any],
+    params: dict[str, str],
+    app: str = "word_count",
+) -> Path:
+    """A shipped app's spec (word_count's by default) re-targeted (topics, state,
+    checkpoints) in ``folder/<app>/``."""
+    raw = load_app_spec(spark_app_spec(app)).model_dump()
     raw["application_id"] = app_id
     raw["params"] = {**raw["params"], **params}
     raw["settings"] = {**raw["settings"], **settings}
     raw["supervision"] = {}
-    path = folder / app_id / "word_count.yaml"
+    path = folder / app_id / f"{app}.yaml"
     path.parent.mkdir(parents=True)
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -481,6 +488,81 @@ def test_redeploy_stateless_then_from_a_snapshot(airflow_db, broker, specs, monk
     expected = wc_ref.recompute(read_topic(bootstrap, topic))
     counts = read_store(settings, load_app_spec(spec).build_topology(), "word-counts", PARTITIONS)
     assert counts == expected.counts
+
+
+@pytest.mark.chaos
+def test_redeploy_with_migrate_cuts_over_from_the_running_version(
+    airflow_db, broker, specs, monkeypatch
+):
+    """word_count runs under supervision; a redeploy of word_count_v2 with
+    ``upgrade_mode=migrate`` stops it, migrates its counts, verifies them and launches v2,
+    which takes over; v1's next reconcile leaves it stopped (superseded, not a crash)."""
+    from spark_apps.word_count_v2 import reference as v2_ref
+    from statekeeper.versions.takeover import read_takeover
+
+    bootstrap = broker.bootstrap_servers
+    suffix = uuid.uuid4().hex[:6]
+    v1_id, v2_id, topic = f"wc-{suffix}", f"wc-{suffix}-v2", f"lines-{suffix}"
+    state_dir = specs.parent / "state"
+    settings = {
+        "bootstrap_servers": bootstrap,
+        "state_dir": str(state_dir),
+        "checkpoint_dir": str(specs.parent / "checkpoints"),
+        "snapshot_url": (specs.parent / "snaps").as_uri(),
+        "lock_timeout_s": 60,
+    }
+    _spec(specs, v1_id, settings, {"input_topic": topic, "output_topic": f"wc-{suffix}"})
+    v2_spec = _spec(
+        specs, v2_id, settings, {"input_topic": topic, "output_topic": f"wc2-{suffix}"},
+        app="word_count_v2",
+    )  # fmt: skip
+    produce(bootstrap, topic, word_count_lines(600, seed=31), partitions=PARTITIONS)
+    dag = Supervised(specs, monkeypatch)
+    quick = {**FAST, "watch_period_s": 1}
+    state, out = dag.run(supervision=quick)
+    assert out[f"supervise_{v1_id}"][1]["action"] == "launched", out
+    assert out[f"supervise_{v2_id}"][1]["why"] == "disabled in its spec (enabled: false)"
+    _drained(state_dir / v1_id / "status.json", 0)
+
+    produce(bootstrap, topic, word_count_lines(300, seed=32), partitions=PARTITIONS)
+    started = time.time()
+    state, out = dag.run(
+        action="redeploy", upgrade_mode="migrate", from_app=v1_id, apps=[v2_id],
+        supervision=quick,
+    )  # fmt: skip
+    task = f"supervise_{v2_id}"
+    assert state == "success" and out[task][1]["action"] == "launched", out
+    report = dag.upgrade[task]["report"]
+    assert report["old_stop"].startswith("stopped gracefully"), report
+    assert report["verify"]["ok"] and report["verify"]["totals"]["unexpected"] == 0
+    _drained(state_dir / v2_id / "status.json", started)
+    # v1's step (in the redeploy run after v2's, or in the next) finds its launch gone:
+    # superseded, not a crash, not relaunched; then it stays stopped.
+    state, out = dag.run(supervision=quick)
+    assert state == "success", out
+    step = out[f"supervise_{v1_id}"][1]
+    assert f"superseded by {v2_id} (cutover done)" in (step.get("notes") or [step.get("why")])
+    assert len(list((state_dir / v1_id / "logs").glob("*.log"))) == 1
+    v2_status = state_dir / v2_id / "status.json"
+    batches = (_status(v2_status).get("last_batch") or {}).get("batch_id", -1)
+    produce(bootstrap, topic, word_count_lines(200, seed=33), partitions=PARTITIONS)
+    _wait(
+        lambda: (_status(v2_status).get("last_batch") or {}).get("batch_id", -1) > batches,
+        120,
+        "v2 to process the lines that came after the cut-over",
+    )
+    _drained(v2_status, started)
+    state, out = dag.run(action="stop", apps=[v2_id], supervision=FAST)
+    assert out[task][1]["outcome"] == "graceful", out
+
+    takeover = read_takeover(state_dir / v2_id / "takeover.json")
+    first = dict(takeover.floors[0][topic])
+    expected = v2_ref.recompute(read_topic(bootstrap, topic), upgraded_at=first)
+    v2 = load_app_spec(v2_spec)
+    entries = read_store(v2.resolved_settings(), v2.build_topology(), "word-counts", PARTITIONS)
+    assert {w: e["count"] for w, e in entries.items()} == {
+        w: e["count"] for w, e in expected.counts.items()
+    }
 
 
 def test_spark_submit_command_comes_from_the_connection(tmp_path, monkeypatch):

@@ -355,6 +355,12 @@ class StatekeeperApp:
         if takeover is None:
             return
         self._takeover, self._batch_base = takeover, takeover.batch_base
+        # Where the query starts, until a batch moves it (a partition the old version had
+        # drained gets no range in the first batch: its lag is 0, not its whole log).
+        for topic, parts in takeover.start_offsets.items():
+            for partition, offset in parts.items():
+                if offset >= 0:
+                    self._positions.setdefault((topic, partition), offset)
         self.topology.carried_inputs = {
             c.old_topic: CarriedInput(c.new_topic, c.max_batch) for c in takeover.carried
         }

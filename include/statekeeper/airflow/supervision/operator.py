@@ -77,7 +77,7 @@ from statekeeper.errors import ConfigError
 from statekeeper.state.task_id import TaskId
 
 ACTIONS = ("reconcile", "stop", "restart", "redeploy")
-UPGRADE_MODES = ("last-state", "snapshot", "stateless")
+UPGRADE_MODES = ("last-state", "snapshot", "stateless", "migrate")
 RECORD_KEY = "supervision"
 #: How long a watch whose launch an action stopped waits for that action's new launch.
 HANDOVER_WAIT_S = 120.0
@@ -150,7 +150,10 @@ class SupervisedAppOperator(StatekeeperAppOperator):
     app first; stateless deletes the local task state and starts with
     ``restore_from_snapshots=false``, so every store is rebuilt by replaying its whole
     changelog, while the sources resume at the Spark checkpoint's committed offsets: the
-    state is the same, only rebuilt from the log, and no input is reprocessed).
+    state is the same, only rebuilt from the log, and no input is reprocessed; migrate cuts
+    over from ``from_app``, the app's previous version under another application id: stops
+    it, migrates its state into this app's, verifies it and marks this app active
+    (:mod:`statekeeper.upgrade`), then this app takes over where the old one stopped).
     ``apps``: the app ids a manual action is meant for (empty: all); the others reconcile.
     ``supervision``: SupervisionConfig overrides on top of the spec's ``supervision:``.
     ``actions_only``: perform the run's ``action`` (stop | restart | redeploy) and return
@@ -162,6 +165,7 @@ class SupervisedAppOperator(StatekeeperAppOperator):
         "action",
         "upgrade_mode",
         "snapshot_id",
+        "from_app",
         "apps",
         "supervision",
     )
@@ -173,6 +177,7 @@ class SupervisedAppOperator(StatekeeperAppOperator):
         action: str = "reconcile",
         upgrade_mode: str = "last-state",
         snapshot_id: str | None = "latest",
+        from_app: str | None = None,
         apps: list[str] | None = None,
         supervision: dict[str, Any] | None = None,
         conn_id: str = "spark_default",
@@ -186,6 +191,7 @@ class SupervisedAppOperator(StatekeeperAppOperator):
         self.action = action
         self.upgrade_mode = upgrade_mode
         self.snapshot_id = snapshot_id
+        self.from_app = from_app
         self.apps = apps
         self.supervision = supervision
         self.conn_id = conn_id
@@ -677,6 +683,8 @@ class SupervisedAppOperator(StatekeeperAppOperator):
         if self.upgrade_mode == "last-state":
             context["ti"].xcom_push(key="upgrade", value={"mode": "last-state"})
             return {}
+        if self.upgrade_mode == "migrate":
+            return self._cut_over(hook, context)
         if self.upgrade_mode == "snapshot":
             from statekeeper.ops.restore import LATEST, restore_app
 
@@ -710,6 +718,47 @@ class SupervisedAppOperator(StatekeeperAppOperator):
         )
         context["ti"].xcom_push(key="upgrade", value={"mode": "stateless", "deleted": removed})
         return {"restore_from_snapshots": False}
+
+    def _cut_over(self, hook: Any, context: Any) -> dict[str, Any]:
+        """``upgrade_mode=migrate``: cut over from ``from_app`` to this app before it is
+        launched (the old version stopped gracefully, its state migrated and verified)."""
+        from statekeeper.airflow.hooks.app import StatekeeperAppHook
+        from statekeeper.airflow.specs import discover_apps
+        from statekeeper.errors import StatekeeperError
+        from statekeeper.upgrade import cutover
+
+        specs = {a.application_id: a.spec_path for a in discover_apps()}
+        if not self.from_app or self.from_app not in specs:
+            raise AirflowFailException(
+                f"upgrade_mode=migrate: from_app={self.from_app!r} names no app spec of the "
+                f"specs folder (apps: {', '.join(sorted(specs))})"
+            )
+        old = StatekeeperAppHook(specs[self.from_app], {})
+        try:
+            report = cutover(
+                old.spec,
+                hook.spec,
+                old.settings,
+                hook.settings,
+                stop_old=True,
+                by=f"upgrade_mode=migrate ({self._run_label(context)})",
+            )
+        except StatekeeperError as exc:
+            raise AirflowFailException(
+                f"upgrade_mode=migrate from {self.from_app}: {exc}"
+            ) from None
+        self.log.info(
+            "%s: cut over from %s (%s); verify %s",
+            self.application_id,
+            self.from_app,
+            report.old_stop,
+            None if report.verify is None else report.verify.totals(),
+        )
+        context["ti"].xcom_push(
+            key="upgrade",
+            value={"mode": "migrate", "from_app": self.from_app, "report": report.as_dict()},
+        )
+        return {}
 
 
 def _when(at: Any) -> str:
