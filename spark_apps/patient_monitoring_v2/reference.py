@@ -12,10 +12,15 @@ v1's model, with v2's two changes:
   record``; a checkout deletes the patient's windows; retention as ``pulse-counts`` (a
   window is kept while ``start >= largest window start written - 6 h + 1``).
 
-After an upgrade (``upgraded_at``: per partition of the input, the first offset v2 read;
-v1 read the records before it and its state was migrated), ``temperature-peaks`` holds only
-the readings from there on: it started empty. Everything else is as if one version had read
-the whole input.
+After an upgrade (``upgraded_at``: per partition of the input, the first offset v2
+processed; v1's state as it committed the records before it was migrated),
+``temperature-peaks`` holds only the readings from there on: it started empty. Everything
+else is as if one version had read the whole input. After a takeover ``upgraded_at`` is the
+takeover's floor, where v1's task committed, not where v1's last micro-batch ended: the
+records of micro-batches v1 processed but had not committed are processed again by v2, and
+count. Each output is tagged with the input record it came from (its ``sk.source``): v2
+emits the outputs of the records from ``upgraded_at`` on, v1 (on its own topics) the others
+(and, of micro-batches it had not committed, some of v2's).
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ class PatientV2Result(v1.PatientResult):
     ``(patient, window start)``."""
 
     temperature_peaks: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    #: The input record each alert and heart-rate output came from (an output's
+    #: ``sk.source``), in the order of ``alerts`` and ``heart_rate_outputs``.
+    alert_sources: list[v1.Position] = field(default_factory=list)
+    heart_rate_output_sources: list[v1.Position] = field(default_factory=list)
 
 
 def heart_rate_entry(entry: dict[str, int]) -> dict[str, int]:
@@ -52,6 +61,7 @@ class _Task(v1._Task):
 
     def __init__(self, result: PatientV2Result, upgraded_at: int | None) -> None:
         super().__init__(result)
+        self.v2_result = result
         self.upgraded_at = upgraded_at
         self.peaks: dict[tuple[str, int], dict[str, Any]] = {}
         self.max_peak_start: int | None = None
@@ -59,7 +69,12 @@ class _Task(v1._Task):
 
     def process(self, record: KafkaRecord) -> None:
         self.v2 = self.upgraded_at is None or record.offset >= self.upgraded_at
+        result = self.v2_result
+        alerts, outputs = len(result.alerts), len(result.heart_rate_outputs)
         super().process(record)
+        source = (record.topic, record.partition, record.offset)
+        result.alert_sources += [source] * (len(result.alerts) - alerts)
+        result.heart_rate_output_sources += [source] * (len(result.heart_rate_outputs) - outputs)
 
     def _temperature(self, patient: str, ts: int, temp_f: float) -> None:
         super()._temperature(patient, ts, temp_f)
