@@ -4,7 +4,8 @@ stream.
 The backfill runs as a child process (``python -m statekeeper.cli backfill``, its own process
 group: driver, Spark JVM, Python workers) over a history, with small micro-batches and a
 commit interval that leaves tasks holding uncommitted batches, and is killed
-``STATEKEEPER_BACKFILL_KILLS`` times (2 by default; 6 in ``make test-chaos``) at a random
+``STATEKEEPER_BACKFILL_KILLS`` times (2 by default and in ``make test``; 6 in ``make
+test-chaos``, which sets ``STATEKEEPER_E2E_KILLS=20``) at a random
 moment: while Spark starts or in its first micro-batch, or after a few micro-batches. More
 input arrives before every run (each run's ``--until now`` is further on). The last run goes
 to the end: the store and the deduplicated outputs equal the reference recomputation of
@@ -37,7 +38,9 @@ from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.processing.output_reader import read_deduped
 from tests.e2e.harness import AppUnderTest
 
-KILLS = int(os.environ.get("STATEKEEPER_BACKFILL_KILLS", "2"))
+#: make test-chaos sets STATEKEEPER_E2E_KILLS=20 (make test 2): a longer series there.
+_CHAOS = int(os.environ.get("STATEKEEPER_E2E_KILLS", "2")) >= 10
+KILLS = int(os.environ.get("STATEKEEPER_BACKFILL_KILLS", "6" if _CHAOS else "2"))
 PARTITIONS = 4
 LINES = 16_000
 BATCH = 2_000
