@@ -15,3 +15,12 @@ def word_counts_v2(word: str, count: int) -> tuple[str, dict[str, Any]]:
     """v1's count of ``word`` → v2's entry. v1 did not record when a word was first seen:
     ``first_seen_ms`` is None, which v2 keeps (the word was seen before the upgrade)."""
     return word, {"count": count, "first_seen_ms": None}
+
+
+def word_counts_expected(word: str, migrated: Any, new: Any) -> bool:
+    """A shadow run's diff (``statekeeper upgrade diff``): v1's count migrated against v2's
+    entry. v2 records when it first saw a word and v1 did not: the same count with
+    ``first_seen_ms`` set by v2 is an expected difference; any other is not."""
+    if migrated is None or new is None:
+        return False
+    return migrated["count"] == new["count"] and migrated["first_seen_ms"] is None

@@ -21,6 +21,7 @@ from statekeeper.kafka.admin import ensure_topic
 from statekeeper.migration import prepare_migration
 from statekeeper.migration.functions import StoreMigration
 from statekeeper.upgrade import UpgradeError, cutover, rollback, verify_migration
+from statekeeper.upgrade.cutover import running_pid
 from statekeeper.versions.history import active_override, read_history
 from statekeeper.worker.task_runner import close_worker_services
 from tests.integration.test_state_migration import PARTITIONS, _run_v1, _settings, _write_specs
@@ -111,6 +112,9 @@ def test_a_running_old_version_is_refused_before_anything_is_recorded(versions) 
     with pytest.raises(UpgradeError, match=rf"is running \(pid {os.getpid()}\).*--stop-old"):
         cutover(v1_spec, v2_spec, v1_settings, v2_settings)
     assert read_history(versions["roots"][0]) == []
+    # A status whose app started before this process did names a pid reused since.
+    status.write_text(json.dumps({"state": "RUNNING", "pid": os.getpid(), "started_at": 1.0}))
+    assert running_pid(v1_settings) is None
     with pytest.raises(UpgradeError, match="nothing to roll back"):
         rollback(v2_settings)
 

@@ -56,7 +56,7 @@ ALLOWED: dict[str, set[str]] = {
     # micro-batch ended: the takeover) with spark.checkpoint_log's file readers.
     "migration": _RUNTIME | {"snapshots", "versions", "app", "spark"},
     # Upgrades: cut-over (stop the old version, migrate, verify, record) and rollback.
-    "upgrade": _RUNTIME | {"snapshots", "versions", "app", "spark", "migration"},
+    "upgrade": _RUNTIME | {"snapshots", "versions", "app", "spark", "migration", "procfs"},
     "worker": _RUNTIME | {"spark", "snapshots", "cluster", "placement", "standby", "query"},
     "app": _RUNTIME
     | {"spark", "worker", "snapshots", "cluster", "placement", "standby", "versions"},

@@ -135,6 +135,13 @@ class StoreMigrationSpec(BaseModel):
         description="migrate_store(items) -> items: called once per task with the old "
         "entries, an iterable of (key, value); returns the new ones",
     )
+    compare: str | None = Field(
+        None,
+        pattern=FUNCTION_REF,
+        description="expected(key, migrated, new) -> bool: whether a difference between the "
+        "old version's value, migrated, and this version's is expected (`statekeeper upgrade "
+        "diff` of a shadow run; None stands for an absent key)",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> StoreMigrationSpec:
@@ -273,6 +280,17 @@ class AppSpec(BaseModel):
         )
         return _import_function(declared.ref, named, import_topology_file)
 
+    def compare_function(self, store: str) -> Any:
+        """The function ``migrations.<store>.compare`` names (None when there is none)."""
+        declared = self.migrations.get(store)
+        if declared is None or declared.compare is None:
+            return None
+        where = self.where("migrations", store, "compare")
+        named = f"migrations.{store}.compare {declared.compare!r}" + (
+            f" ({where})" if where else ""
+        )
+        return _import_function(declared.compare, named, import_topology_file)
+
     def app_function(self, field: str) -> Any:
         """The function the spec's ``generator:`` or ``drill_model:`` names, imported (a file:
         by :func:`import_app_file`, as a module of its folder; sys.path is left alone). A spec
@@ -384,6 +402,10 @@ def load_app_spec(path: str | Path) -> AppSpec:
     for store, declared in spec.migrations.items():
         field = f"migrations.{store}.{declared.kind}"
         refs[field], wheres[field] = declared.ref, source.where("migrations", store, declared.kind)
+        if declared.compare is not None:
+            field = f"migrations.{store}.compare"
+            refs[field] = declared.compare
+            wheres[field] = source.where("migrations", store, "compare")
     problems = function_file_problems(refs, wheres.__getitem__) + _supervision_problems(
         spec.supervision, source
     )
@@ -405,7 +427,7 @@ def _absolute_migration_refs(path: Path, raw: dict[str, Any]) -> None:
         return
     for declared in migrations.values():
         if isinstance(declared, dict):
-            for kind in MIGRATION_KINDS:
+            for kind in (*MIGRATION_KINDS, "compare"):
                 if kind in declared:
                     declared[kind] = absolute_ref(path, declared[kind])
 
@@ -426,7 +448,9 @@ def _spec_problems(exc: ValidationError, source: SpecSource, raw: Mapping[str, A
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         name = ".".join(loc) or "spec"
-        migration_ref = len(loc) == 3 and loc[0] == "migrations" and loc[2] in MIGRATION_KINDS
+        migration_ref = (
+            len(loc) == 3 and loc[0] == "migrations" and loc[2] in (*MIGRATION_KINDS, "compare")
+        )
         if err["type"] == "string_pattern_mismatch" and (
             migration_ref or loc in (("topology",), *((field,) for field in APP_FUNCTIONS))
         ):

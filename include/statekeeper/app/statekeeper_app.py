@@ -145,6 +145,7 @@ class StatekeeperApp:
         )
         self._executors_checked = 0.0
         self._reports_refreshed = 0.0
+        self._idle_commit_tried = 0.0
         self.planner = BatchPlanner(
             CheckpointBatchLog(self.checkpoint),
             subtopology_of=self._subtopology_of,
@@ -522,6 +523,7 @@ class StatekeeperApp:
             self.snapshots.schedule(self._last_batch_end)
             if self.snapshots.pending:
                 self._snapshot_idle_tasks()
+            self._commit_idle_tasks()
             self._follow_executors()
             self._refresh_executor_reports()
             if stop_when_idle and not self.snapshots.pending and self._idle(idle_s):
@@ -856,6 +858,37 @@ class StatekeeperApp:
                 return
             self._note_committed(results)
             log.info("snapshot %s: commit-only pass over %d task(s)", request, len(runs))
+        finally:
+            self._batch_lock.release()
+
+    def _commit_idle_tasks(self) -> None:
+        """An idle app commits what its tasks hold once ``commit_interval_ms`` has passed
+        since its last batch (Kafka Streams commits on its interval whatever the input):
+        readers of the last commit (queries, snapshots, drills, a shadow run's diff) then
+        see every batch, not the commit before an input pause. Nothing held: no Spark job."""
+        interval = self.settings.commit_interval_ms / 1000
+        quiet_s = max(1.0, 2 * self.settings.trigger_interval_ms / 1000, interval)
+        now = time.monotonic()
+        if (
+            self._spark_session is None
+            or self._stopping
+            or now - self._last_batch_end < quiet_s
+            or now - self._idle_commit_tried < quiet_s
+            or not self._batch_lock.acquire(blocking=False)
+        ):
+            return
+        try:
+            self._idle_commit_tried = now
+            runs = [] if self._stopping else self.planner.runs_to_commit_held()
+            if not runs:
+                return
+            try:
+                results = self._execute(self._spark_session, runs)
+            except Exception:  # the next batch or stop commits them instead
+                log.exception("idle commit of %d task(s) failed", len(runs))
+                return
+            self._note_committed(results)
+            log.info("idle: %d task(s) committed the batches they held", len(results))
         finally:
             self._batch_lock.release()
 

@@ -39,6 +39,24 @@ def source_partitions(
     return partitions
 
 
+def task_plan(topology: Any, application_id: str, sources: dict[str, int]) -> TopicPlan:
+    """The partition counts and tasks :func:`prepare_topics` would give, creating nothing
+    (operator reads: a diff of two versions)."""
+    partitions = dict(sources)
+    partitions.update(topology.repartition_partitions(application_id, partitions))
+    tasks = [
+        (sub.id, p)
+        for sub in topology.subtopologies
+        for p in range(
+            max(
+                (partitions[t] for t in topology.subtopology_topics(application_id, sub.id)),
+                default=0,
+            )
+        )
+    ]
+    return TopicPlan(partitions, tasks)
+
+
 def prepare_topics(
     admin: Any,
     topology: Any,

@@ -105,6 +105,24 @@ def add_upgrade(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="store_true",
         help="skip reading the migrated state back (faster; nothing then proves it)",
     )
+    cut.add_argument(
+        "--shadow",
+        action="store_true",
+        help="--app already runs on state migrated from --from (a shadow run, compared with "
+        "upgrade diff): stop the old version and record the cut-over, migrating nothing",
+    )
+
+    diff = subcommand(
+        sub,
+        "diff",
+        "compare a shadow run: --app (started on state migrated from --from and running "
+        "beside it) against --from, once both processed the same input: per key equal, "
+        "expected-different (the new spec's migrations.<store>.compare) or unexpected; exit "
+        "code 1 when a key is unexpected or the versions are not at the same input (what "
+        "is behind is printed)",
+        _cmd_upgrade_diff,
+    )
+    _versions_options(diff)
 
     back = subcommand(
         sub,
@@ -136,15 +154,7 @@ def add_upgrade(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _migration_options(parser: argparse.ArgumentParser) -> None:
-    app_options(parser, app_help="the new version's spec file (.yaml/.toml) or application id")
-    parser.add_argument(
-        "--from",
-        dest="old",
-        required=True,
-        metavar="OLD_SPEC",
-        help="the old version's spec file or application id (its spec is needed: its "
-        "topology decodes the state); --set and --bootstrap apply to it too",
-    )
+    _versions_options(parser)
     parser.add_argument(
         "--local",
         action="store_true",
@@ -154,6 +164,18 @@ def _migration_options(parser: argparse.ArgumentParser) -> None:
         "--no-snapshot",
         action="store_true",
         help="do not snapshot the migrated tasks (the new changelogs hold the state anyway)",
+    )
+
+
+def _versions_options(parser: argparse.ArgumentParser) -> None:
+    app_options(parser, app_help="the new version's spec file (.yaml/.toml) or application id")
+    parser.add_argument(
+        "--from",
+        dest="old",
+        required=True,
+        metavar="OLD_SPEC",
+        help="the old version's spec file or application id (its spec is needed: its "
+        "topology decodes the state); --set and --bootstrap apply to it too",
     )
 
 
@@ -261,9 +283,17 @@ def _cmd_upgrade_cutover(args: argparse.Namespace) -> int:
                 spark_context=spark_context,
                 progress=_progress(args),
                 snapshot=not args.no_snapshot,
+                shadow=args.shadow,
             )
     except MigrationRefused as exc:
         return _fail(str(exc), EXIT_INCOMPATIBLE, as_json=args.json)
+    if args.shadow:
+        text = (
+            f"{report.from_app} -> {report.to_app}: cut over (shadow run; old version: "
+            f"{report.old_stop}); {report.to_app} runs on"
+        )
+        emit(args, report.as_dict(), text)
+        return EXIT_OK
     migration = report.migration
     lines = [
         f"{report.from_app} -> {report.to_app}: cut over in {report.seconds:.1f} s "
@@ -285,6 +315,30 @@ def _cmd_upgrade_cutover(args: argparse.Namespace) -> int:
     lines += [f"note: {note}" for note in migration.notes]
     emit(args, report.as_dict(), "\n".join(lines))
     return EXIT_OK
+
+
+def _cmd_upgrade_diff(args: argparse.Namespace) -> int:
+    from statekeeper.upgrade.diff import diff_versions
+
+    new_settings, new_spec = app_target(args, need_spec="upgrade diff")
+    old_settings, old_spec = app_target(_old_target(args), need_spec="upgrade diff --from")
+    report = diff_versions(old_spec, new_spec, old_settings, new_settings)
+    totals = report.compared.totals()
+    lines = [
+        f"{report.old_application_id} vs {report.new_application_id}: "
+        + ("aligned (both at the log ends)" if report.aligned else "NOT aligned"),
+        f"{totals['equal']} key(s) equal, {totals['expected_different']} expected-different, "
+        f"{totals['unexpected']} unexpected over {totals['tasks']} task(s)",
+        *(f"behind: {b}" for b in report.behind),
+        *(
+            f"task {t.task_id} store {name}: {example}"
+            for t in report.compared.tasks
+            for name, d in t.stores.items()
+            for example in d.examples
+        ),
+    ]
+    emit(args, report.as_dict(), "\n".join(lines))
+    return EXIT_OK if report.ok else EXIT_INCOMPATIBLE
 
 
 def _cmd_upgrade_rollback(args: argparse.Namespace) -> int:

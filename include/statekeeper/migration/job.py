@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.app.spec import AppSpec
-from statekeeper.app.topics import prepare_topics, source_partitions
+from statekeeper.app.topics import prepare_topics, source_partitions, task_plan
 from statekeeper.changelog.records import changelog_topic
 from statekeeper.kafka.admin import make_admin, partition_count, wait_for_broker
 from statekeeper.migration.functions import MigrationError, MigrationRefused, StoreMigration
@@ -183,9 +183,11 @@ def prepare_migration(
     new_settings: StatekeeperSettings,
     *,
     snapshot: bool = True,
+    create_topics: bool = True,
 ) -> PreparedMigration:
     """Decide everything before any state is read: the job every task runs, the stateful
-    task ids and notes; creates the new app's topics. Raises
+    task ids and notes; creates the new app's topics (``create_topics``; a diff of two
+    running versions creates nothing). Raises
     :class:`~statekeeper.migration.functions.MigrationRefused` (or another
     :class:`MigrationError`) for what cannot be migrated."""
     old_app, new_app = old_settings.application_id, new_settings.application_id
@@ -214,7 +216,11 @@ def prepare_migration(
         )
         for store, declared in new_spec.migrations.items()
     }
-    plan = prepare_topics(admin, new_topology, new_app, timeout, now)
+    plan = (
+        prepare_topics(admin, new_topology, new_app, timeout, now)
+        if create_topics
+        else task_plan(new_topology, new_app, now)
+    )
     stateful = {s.id for s in new_topology.subtopologies if new_topology.store_specs(s.id)}
     tasks = [str(TaskId(sub, p)) for sub, p in plan.tasks if sub in stateful]
     job = MigrationJob(

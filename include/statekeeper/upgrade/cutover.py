@@ -79,7 +79,8 @@ class CutoverReport:
 
 def running_pid(settings: StatekeeperSettings) -> int | None:
     """The driver pid of the app when its status file says it runs and that process is
-    alive, else None."""
+    alive and started no later than the status says (a reused pid is another process),
+    else None."""
     import json
 
     try:
@@ -89,23 +90,31 @@ def running_pid(settings: StatekeeperSettings) -> int | None:
     pid = doc.get("pid")
     if doc.get("state") not in RUNNING_STATES or not isinstance(pid, int) or pid <= 0:
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not _alive(pid):
         return None
-    except PermissionError:
-        return pid
-    return pid if _is_app_process(pid) else None
+    started = _process_start_epoch(pid)
+    status_started = doc.get("started_at")
+    if started is not None and isinstance(status_started, (int, float)):
+        return pid if started <= status_started + 1.0 else None
+    return pid
 
 
-def _is_app_process(pid: int) -> bool:
-    """A reused pid is another program: the driver runs Python with statekeeper or Spark."""
+def _process_start_epoch(pid: int) -> float | None:
+    """When ``pid`` started (epoch seconds), from /proc; None without /proc."""
+    from statekeeper.procfs import start_ticks
+
+    ticks = start_ticks(pid)
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True  # no /proc: trust the status file
-    return state != "Z" and (b"python" in cmdline or b"java" in cmdline)
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, ValueError):
+        return None
+    if ticks is None:
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def stop_gracefully(settings: StatekeeperSettings, timeout_s: float) -> str:
@@ -153,10 +162,16 @@ def cutover(
     snapshot: bool = True,
     by: str = "statekeeper upgrade cutover",
     scratch_root: Path | None = None,
-) -> CutoverReport:
-    """Cut over from ``old_spec``'s app to ``new_spec``'s (module docstring)."""
+    shadow: bool = False,
+) -> CutoverReport | ShadowCutover:
+    """Cut over from ``old_spec``'s app to ``new_spec``'s (module docstring). ``shadow``:
+    the new version already runs on state migrated earlier (a shadow run, compared with
+    :func:`statekeeper.upgrade.diff.diff_versions`): the old one is stopped and the cut-over
+    recorded, nothing migrated."""
     started = time.monotonic()
     old_app, new_app = old_settings.application_id, new_settings.application_id
+    if shadow:
+        return _cutover_shadow(old_settings, new_settings, stop_old, stop_timeout_s, by)
     prepared = prepare_migration(old_spec, new_spec, old_settings, new_settings, snapshot=snapshot)
     pid = running_pid(old_settings)
     if pid is not None and not stop_old:
@@ -200,6 +215,60 @@ def cutover(
     }
     record_event(roots, UpgradeEvent(CUTOVER, old_app, new_app, DONE, by=by, details=details))
     return CutoverReport(old_app, new_app, old_stop, migration, checked, time.monotonic() - started)
+
+
+def _cutover_shadow(
+    old_settings: StatekeeperSettings,
+    new_settings: StatekeeperSettings,
+    stop_old: bool,
+    stop_timeout_s: float,
+    by: str,
+) -> ShadowCutover:
+    from statekeeper.versions.takeover import read_takeover, takeover_path
+
+    started = time.monotonic()
+    old_app, new_app = old_settings.application_id, new_settings.application_id
+    new_root = state_root(new_settings.state_dir, new_app)
+    takeover = read_takeover(takeover_path(new_root))
+    if takeover is None or takeover.from_application_id != old_app or takeover.extra:
+        raise UpgradeError(
+            f"{new_app} was not migrated from {old_app} ({takeover_path(new_root)} does not "
+            "say so): a shadow cut-over needs the new version running on migrated state"
+        )
+    pid = running_pid(old_settings)
+    if pid is not None and not stop_old:
+        raise UpgradeError(f"{old_app} is running (pid {pid}): stop it first, or --stop-old")
+    roots = [state_root(old_settings.state_dir, old_app), new_root]
+    record_event(roots, UpgradeEvent(CUTOVER, old_app, new_app, STARTED, by=by))
+    try:
+        old_stop = stop_gracefully(old_settings, stop_timeout_s) if pid else "not running"
+    except BaseException as exc:
+        details = {"error": str(exc)}
+        record_event(roots, UpgradeEvent(CUTOVER, old_app, new_app, FAILED, by=by, details=details))
+        raise
+    details = {"shadow": True, "old_stop": old_stop, "batch_base": takeover.batch_base}
+    details["old_root"] = str(roots[0])
+    record_event(roots, UpgradeEvent(CUTOVER, old_app, new_app, DONE, by=by, details=details))
+    return ShadowCutover(old_app, new_app, old_stop, time.monotonic() - started)
+
+
+@dataclass
+class ShadowCutover:
+    """A shadow run's cut-over: the old version stopped, nothing migrated."""
+
+    from_app: str
+    to_app: str
+    old_stop: str
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "from_app": self.from_app,
+            "to_app": self.to_app,
+            "shadow": True,
+            "old_stop": self.old_stop,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def rollback(
