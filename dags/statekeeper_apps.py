@@ -15,9 +15,10 @@ action) is no crash: the app is relaunched without counting it.
 `statekeeper_app_actions` (Trigger DAG w/ config; not queued behind a watch): `action` =
 stop (graceful, stays stopped) | restart (clears FAILED) | redeploy with `upgrade_mode` =
 last-state | snapshot (`snapshot_id`) | stateless | migrate (`from_app`: cut over from the
-app's previous version, docs/changing-apps.md); `apps` = the app ids (empty: all). A
-running watch hands over to the new launch. `statekeeper_apps` still takes the same params
-(queued behind its running watch). Wiring only: statekeeper.airflow.supervision.operator.
+app's previous version, docs/changing-apps.md) | backfill (`statekeeper backfill` first);
+`apps` = the app ids (empty: all). A running watch hands over to the new launch.
+`statekeeper_apps` still takes the same params (queued behind its running watch). Wiring
+only: statekeeper.airflow.supervision.operator.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def _params(action: str, actions: list[str]) -> dict[str, Param]:
         "action": Param(action, enum=actions, description="what to do"),
         "upgrade_mode": Param(
             "last-state",
-            enum=["last-state", "snapshot", "stateless", "migrate"],
+            enum=["last-state", "snapshot", "stateless", "migrate", "backfill"],
             description="redeploy: keep local state, restore a snapshot, replay changelogs, "
-            "or migrate from_app's state (cut over from the app's previous version)",
+            "migrate from_app's state (cut over from the app's previous version), or "
+            "backfill from the sources' history first",
         ),
         "from_app": Param(
             "", type="string", description="upgrade_mode=migrate: the previous version's app id"

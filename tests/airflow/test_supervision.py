@@ -565,6 +565,54 @@ def test_redeploy_with_migrate_cuts_over_from_the_running_version(
     }
 
 
+@pytest.mark.chaos
+def test_redeploy_with_backfill_processes_the_history_then_streams(
+    airflow_db, broker, specs, monkeypatch
+):
+    """A new app over a topic with history: ``upgrade_mode=backfill`` runs
+    ``statekeeper backfill`` first, then launches the stream, which goes on from there."""
+    bootstrap = broker.bootstrap_servers
+    suffix = uuid.uuid4().hex[:6]
+    app_id, topic = f"wc-bf-{suffix}", f"lines-{suffix}"
+    state_dir = specs.parent / "state"
+    spec = _spec(
+        specs,
+        app_id,
+        {
+            "bootstrap_servers": bootstrap,
+            "state_dir": str(state_dir),
+            "checkpoint_dir": str(specs.parent / "checkpoints"),
+            "snapshot_url": (specs.parent / "snaps").as_uri(),
+        },
+        {"input_topic": topic, "output_topic": f"wc-{suffix}"},
+    )
+    produce(bootstrap, topic, word_count_lines(3_000, seed=51), partitions=PARTITIONS)
+    dag = Supervised(specs, monkeypatch, dag_id="statekeeper_app_actions")
+    started = time.time()
+    state, out = dag.run(
+        action="redeploy", upgrade_mode="backfill", apps=[app_id], supervision={**FAST}
+    )
+    task = f"act_{app_id}"
+    assert state == "success" and out[task][1]["action"] == "redeploy", out
+    report = dag.upgrade[task]["report"]
+    assert dag.upgrade[task]["mode"] == "backfill" and report["source_records"] == 3_000, report
+    status_file = state_dir / app_id / "status.json"
+    _drained(status_file, started)
+    produce(bootstrap, topic, word_count_lines(300, seed=52), partitions=PARTITIONS)
+    doc = _wait(
+        lambda: (s := _status(status_file)).get("last_batch") and pending_records(s) == 0 and s,
+        120,
+        "the stream to take the new lines",
+    )
+    assert doc["state"] == "RUNNING"
+    state, out = dag.run(action="stop", apps=[app_id], supervision=FAST)
+    assert out[task][1]["outcome"] == "graceful", out
+    expected = wc_ref.recompute(read_topic(bootstrap, topic))
+    app = load_app_spec(spec)
+    counts = read_store(app.resolved_settings(), app.build_topology(), "word-counts", PARTITIONS)
+    assert counts == expected.counts
+
+
 def test_spark_submit_command_comes_from_the_connection(tmp_path, monkeypatch):
     """The provider's hook builds the command from spark_default (master, deploy mode,
     binary); the app's entry point and settings follow; the binary is resolved."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import time
@@ -17,6 +18,17 @@ from statekeeper.errors import StatekeeperError
 from statekeeper.testing.app_process import AppProcess, spark_app_spec
 
 STARTED = ("RESTORING", "RUNNING")
+
+
+def series_seed(series: str, kills: int, knob: str) -> int:
+    """The random seed of a kill series (``STATEKEEPER_E2E_SEED``, else a new one), printed
+    with how to run the series again."""
+    seed = int(os.environ.get("STATEKEEPER_E2E_SEED", random.randrange(1 << 30)))
+    print(
+        f"{series} seed {seed}, {kills} kills (rerun with STATEKEEPER_E2E_SEED={seed} "
+        f"{knob}={kills})"
+    )
+    return seed
 
 
 @dataclass

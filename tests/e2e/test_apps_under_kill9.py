@@ -28,7 +28,7 @@ from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.processing.dlq import dlq_topic
 from statekeeper.processing.output_reader import read_deduped as deduped
 from statekeeper.processing.output_reader import source_positions as sources_of
-from tests.e2e.harness import AppUnderTest
+from tests.e2e.harness import AppUnderTest, series_seed
 
 KILLS_PER_APP = int(os.environ.get("STATEKEEPER_E2E_KILLS", "5"))
 PARTITIONS = 4
@@ -45,12 +45,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(max(600, 60 * (KILLS_PER_APP 
 
 
 def _seed() -> int:
-    seed = int(os.environ.get("STATEKEEPER_E2E_SEED", random.randrange(1 << 30)))
-    print(
-        f"e2e seed {seed}, {KILLS_PER_APP} kills (rerun with STATEKEEPER_E2E_SEED={seed} "
-        f"STATEKEEPER_E2E_KILLS={KILLS_PER_APP})"
-    )
-    return seed
+    return series_seed("e2e", KILLS_PER_APP, "STATEKEEPER_E2E_KILLS")
 
 
 def _drop_a_task_dir(app: AppUnderTest, task_id: str, from_run: int) -> Callable[[int], None]:

@@ -36,7 +36,7 @@ from statekeeper.app.store_reader import read_store
 from statekeeper.generate.producer import produce
 from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.processing.output_reader import read_deduped
-from tests.e2e.harness import AppUnderTest
+from tests.e2e.harness import AppUnderTest, series_seed
 
 #: make test-chaos sets STATEKEEPER_E2E_KILLS=20 (make test 2): a longer series there.
 _CHAOS = int(os.environ.get("STATEKEEPER_E2E_KILLS", "2")) >= 10
@@ -49,12 +49,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(max(600, 90 * (KILLS + 3)))]
 
 
 def _seed() -> int:
-    seed = int(os.environ.get("STATEKEEPER_E2E_SEED", random.randrange(1 << 30)))
-    print(
-        f"backfill seed {seed}, {KILLS} kills (rerun with STATEKEEPER_E2E_SEED={seed} "
-        f"STATEKEEPER_BACKFILL_KILLS={KILLS})"
-    )
-    return seed
+    return series_seed("backfill", KILLS, "STATEKEEPER_BACKFILL_KILLS")
 
 
 def _command(app: AppUnderTest) -> list[str]:

@@ -8,10 +8,11 @@ store ``temperature-peaks`` starts empty; one stateful subtopology).
 
 v1 runs on the first part of the input and is killed twice at random moments, the second
 time for good: tasks hold uncommitted batches (and word_count's repartition topic holds
-records its count tasks never committed). Then ``statekeeper upgrade migrate --local`` to
-v2 is killed ``ceil(K/2)`` times at random moments and run to the end; v2 starts on the
-migrated state (it takes over: statekeeper.versions.takeover) and is killed ``floor(K/2)``
-times while the rest of the input arrives, then drains it. ``K`` is
+records its count tasks never committed). Then the cut-over to v2 (``statekeeper upgrade
+cutover --local``: the migration, its verification read back from v2's changelogs, the
+upgrade history) is killed ``ceil(K/2)`` times at random moments and run to the end; v2
+starts on the migrated state (it takes over: statekeeper.versions.takeover) and is killed
+``floor(K/2)`` times while the rest of the input arrives, then drains it. ``K`` is
 ``STATEKEEPER_UPGRADE_KILLS`` (2 in ``make test``, 12 in ``make test-chaos``).
 
 word_count: v2's final counts must equal an independent recomputation over the whole input
@@ -58,7 +59,7 @@ from statekeeper.processing.output_reader import source_positions as sources_of
 from statekeeper.testing.app_process import spark_app_spec
 from statekeeper.versions.recorded import state_root
 from statekeeper.versions.takeover import Takeover, read_takeover, takeover_path
-from tests.e2e.harness import AppUnderTest
+from tests.e2e.harness import AppUnderTest, series_seed
 
 KILLS = int(os.environ.get("STATEKEEPER_UPGRADE_KILLS", "2"))
 MIGRATE_KILLS, V2_KILLS = (KILLS + 1) // 2, KILLS // 2
@@ -75,12 +76,7 @@ Position = tuple[str, int, int]
 
 
 def _seed() -> int:
-    seed = int(os.environ.get("STATEKEEPER_E2E_SEED", random.randrange(1 << 30)))
-    print(
-        f"upgrade seed {seed}, {KILLS} kills (rerun with STATEKEEPER_E2E_SEED={seed} "
-        f"STATEKEEPER_UPGRADE_KILLS={KILLS})"
-    )
-    return seed
+    return series_seed("upgrade", KILLS, "STATEKEEPER_UPGRADE_KILLS")
 
 
 def _feeder(bootstrap: str, topic: str, records: list) -> Callable[[int], None]:
@@ -96,14 +92,15 @@ def _feeder(bootstrap: str, topic: str, records: list) -> Callable[[int], None]:
 
 
 def _migrate(v1: AppUnderTest, v2: AppUnderTest, rng: random.Random, kills: list) -> dict:
-    """``upgrade migrate --local`` in a child process, killed ``MIGRATE_KILLS`` times at a
-    random moment, then run to the end; its JSON report."""
+    """``upgrade cutover --local`` (the migration, its verification and the upgrade history)
+    in a child process, killed ``MIGRATE_KILLS`` times at a random moment, then run to the
+    end; the migration's JSON report."""
     cmd = [
         sys.executable,
         "-m",
         "statekeeper.cli",
         "upgrade",
-        "migrate",
+        "cutover",
         "--app",
         str(v2.spec_path),
     ]
@@ -134,8 +131,10 @@ def _migrate(v1: AppUnderTest, v2: AppUnderTest, rng: random.Random, kills: list
         out, _ = proc.communicate(timeout=300)
         log.close()
         err = (v2.workdir / f"migrate{attempt}.log").read_text()[-3000:]
-        assert proc.returncode == 0, f"migrate exited {proc.returncode}:\n{err}"
-        return json.loads(out)
+        assert proc.returncode == 0, f"cutover exited {proc.returncode}:\n{err}"
+        report = json.loads(out)
+        assert report["verify"]["ok"], report["verify"]
+        return report["migration"]
     raise AssertionError("unreachable")
 
 

@@ -77,7 +77,9 @@ from statekeeper.errors import ConfigError
 from statekeeper.state.task_id import TaskId
 
 ACTIONS = ("reconcile", "stop", "restart", "redeploy")
-UPGRADE_MODES = ("last-state", "snapshot", "stateless", "migrate")
+UPGRADE_MODES = ("last-state", "snapshot", "stateless", "migrate", "backfill")
+#: How long ``upgrade_mode=backfill`` may run before the step fails.
+BACKFILL_TIMEOUT_S = 6 * 3600.0
 RECORD_KEY = "supervision"
 #: How long a watch whose launch an action stopped waits for that action's new launch.
 HANDOVER_WAIT_S = 120.0
@@ -153,7 +155,9 @@ class SupervisedAppOperator(StatekeeperAppOperator):
     state is the same, only rebuilt from the log, and no input is reprocessed; migrate cuts
     over from ``from_app``, the app's previous version under another application id: stops
     it, migrates its state into this app's, verifies it and marks this app active
-    (:mod:`statekeeper.upgrade`), then this app takes over where the old one stopped).
+    (:mod:`statekeeper.upgrade`), then this app takes over where the old one stopped;
+    backfill runs ``statekeeper backfill`` first (the app's topology in batch over its
+    sources' history up to now, then the stream continues from there).
     ``apps``: the app ids a manual action is meant for (empty: all); the others reconcile.
     ``supervision``: SupervisionConfig overrides on top of the spec's ``supervision:``.
     ``actions_only``: perform the run's ``action`` (stop | restart | redeploy) and return
@@ -685,6 +689,8 @@ class SupervisedAppOperator(StatekeeperAppOperator):
             return {}
         if self.upgrade_mode == "migrate":
             return self._cut_over(hook, context)
+        if self.upgrade_mode == "backfill":
+            return self._backfill(context)
         if self.upgrade_mode == "snapshot":
             from statekeeper.ops.restore import LATEST, restore_app
 
@@ -718,6 +724,28 @@ class SupervisedAppOperator(StatekeeperAppOperator):
         )
         context["ti"].xcom_push(key="upgrade", value={"mode": "stateless", "deleted": removed})
         return {"restore_from_snapshots": False}
+
+    def _backfill(self, context: Any) -> dict[str, Any]:
+        """``upgrade_mode=backfill``: the stopped app's history processed in batch up to now
+        (``statekeeper backfill``, in a child process, on the settings' spark_master) before
+        the stream is launched; it continues where the backfill stopped."""
+        import json
+        import subprocess
+        import sys
+
+        cmd = [sys.executable, "-m", "statekeeper.cli", "backfill", "--app", self.spec_path]
+        for key, value in self.settings_overrides.items():
+            cmd += ["--set", f"{key}={value}"]
+        done = subprocess.run(
+            [*cmd, "--json"], capture_output=True, text=True, timeout=BACKFILL_TIMEOUT_S
+        )
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise AirflowFailException(f"upgrade_mode=backfill failed ({done.returncode}): {last}")
+        report = json.loads(done.stdout)
+        self.log.info("%s backfilled: %s", self.application_id, done.stdout[-2000:])
+        context["ti"].xcom_push(key="upgrade", value={"mode": "backfill", "report": report})
+        return {}
 
     def _cut_over(self, hook: Any, context: Any) -> dict[str, Any]:
         """``upgrade_mode=migrate``: cut over from ``from_app`` to this app before it is
