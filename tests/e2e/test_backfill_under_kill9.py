@@ -4,8 +4,8 @@ stream.
 The backfill runs as a child process (``python -m statekeeper.cli backfill``, its own process
 group: driver, Spark JVM, Python workers) over a history, with small micro-batches and a
 commit interval that leaves tasks holding uncommitted batches, and is killed
-``STATEKEEPER_BACKFILL_KILLS`` times (2 by default and in ``make test``; 6 in ``make
-test-chaos``, which sets ``STATEKEEPER_E2E_KILLS=20``) at a random
+``STATEKEEPER_BACKFILL_KILLS`` times (2 by default; 6 in ``make test-chaos``, which sets
+``STATEKEEPER_E2E_KILLS=20``) at a random
 moment: while Spark starts or in its first micro-batch, or after a few micro-batches. More
 input arrives before every run (each run's ``--until now`` is further on). The last run goes
 to the end: the store and the deduplicated outputs equal the reference recomputation of
@@ -45,7 +45,13 @@ PARTITIONS = 4
 LINES = 16_000
 BATCH = 2_000
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(max(600, 90 * (KILLS + 3)))]
+# ~120 s: make test-chaos only (make test keeps tests/spark/test_backfill.py: a backfill to
+# explicit offsets and to now, then the stream, exact).
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.chaos,
+    pytest.mark.timeout(max(600, 90 * (KILLS + 3))),
+]
 
 
 def _seed() -> int:
