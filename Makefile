@@ -26,13 +26,17 @@ help:
 	@echo "make venv|install  create .venv and install requirements-dev.lock (runtime + test/dev tools)"
 	@echo "                   + statekeeper (editable)"
 	@echo "make test          ruff, then the whole pytest suite (tests start their own servers;"
-	@echo "                   the kill -9 e2e kills patient_monitoring 2 times at random, the cluster series kill a worker once and freeze a host once; 2 xdist workers)"
+	@echo "                   the kill -9 e2e kills patient_monitoring 2 times at random, the upgrade e2e kills"
+	@echo "                   word_count's cut-over once and v2 once, the cluster series kill a worker once"
+	@echo "                   and freeze a host once; 3 xdist workers)"
 	@echo "make test-unit     the fast tier: pytest tests/unit only (no ruff; 2 xdist workers)"
 	@echo "make browser       install Debian chromium + chromium-driver if missing (make test runs it)"
 	@echo "make screenshot    the State stores page's browser test, saving docs/img/state_stores.png"
 	@echo "make test-chaos    the e2e tests with 20 random kill -9s per app (seeds printed) and the chaos series"
 	@echo "                   (10 worker kills and 5 host freezes per app on the 2-worker cluster;"
-	@echo "                   the stateless-then-snapshot redeploy series 5 times in a row)"
+	@echo "                   the stateless-then-snapshot redeploy series 5 times in a row; both apps' upgrade"
+	@echo "                   series with 12 kill -9s over the cut-over and v2; the backfill killed 6 times;"
+	@echo "                   a shadow run diffed and cut over; redeploys with upgrade_mode=migrate|backfill)"
 	@echo "make lint          ruff only"
 	@echo "make demo          patient_monitoring on Spark: kill -9, lost task state, exact recovery;"
 	@echo "                   then word_count on a 2-worker cluster: standbys, queries, worker kill -9"
@@ -97,7 +101,7 @@ TEST_JVM_OPTS = -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTS)" \
-	STATEKEEPER_E2E_KILLS=2 STATEKEEPER_CLUSTER_KILLS=1 STATEKEEPER_CLUSTER_FREEZES=1 \
+	STATEKEEPER_E2E_KILLS=2 STATEKEEPER_CLUSTER_KILLS=1 STATEKEEPER_CLUSTER_FREEZES=1 STATEKEEPER_UPGRADE_KILLS=2 \
 		$(VENV)/bin/pytest -q -n 3 --dist loadgroup -m 'not chaos' --durations=40
 
 # The fast tier: the unit tests only, no ruff, no browser.
@@ -106,7 +110,7 @@ test-unit: $(STAMP)
 
 # A failing run prints its seed and kill count: rerun with STATEKEEPER_E2E_SEED=<seed>.
 test-chaos: $(STAMP)
-	STATEKEEPER_E2E_KILLS=20 STATEKEEPER_CLUSTER_KILLS=10 STATEKEEPER_CLUSTER_FREEZES=5 STATEKEEPER_REDEPLOY_REPEATS=5 \
+	STATEKEEPER_E2E_KILLS=20 STATEKEEPER_CLUSTER_KILLS=10 STATEKEEPER_CLUSTER_FREEZES=5 STATEKEEPER_REDEPLOY_REPEATS=5 STATEKEEPER_UPGRADE_KILLS=12 \
 		$(VENV)/bin/pytest -q -m 'e2e or chaos' -rA
 
 demo: $(STAMP)
