@@ -20,7 +20,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: help venv install browser screenshot test test-unit test-chaos lint demo up down status bench-restore bench-snapshot-restore bench-throughput bench-failover lock clean distclean
+.PHONY: help venv install browser screenshot test test-unit test-chaos lint demo up down status bench-restore bench-snapshot-restore bench-throughput bench-failover bench-upgrade lock clean distclean
 
 help:
 	@echo "make venv|install  create .venv and install requirements-dev.lock (runtime + test/dev tools)"
@@ -52,6 +52,9 @@ help:
 	@echo "make bench-failover  kill -9 and a frozen host on a 2-worker cluster, 1M-key store, with vs"
 	@echo "                   without a standby; point gets vs processing rate (JSON, ~15 min;"
 	@echo "                   ARGS='--scenarios frozen' runs one)"
+	@echo "make bench-upgrade  upgrade migrate --local (from a snapshot, from the changelog) vs a full"
+	@echo "                   changelog restore vs reprocessing the input, 1M keys (JSON, also under"
+	@echo "                   benchmarks/results/; ~2 min; ARGS='--keys 50000' for a quick one)"
 	@echo "make lock          recompile requirements.lock (runtime: the image) from requirements.in,"
 	@echo "                   then requirements-dev.lock (runtime + dev tools) from requirements-dev.in"
 	@echo "make clean         stop the embedded broker and the platform, remove caches and var/"
@@ -139,6 +142,9 @@ bench-throughput: $(STAMP)
 
 bench-failover: $(STAMP)
 	@$(PY) benchmarks/failover_bench.py $(ARGS)
+
+bench-upgrade: $(STAMP)
+	@$(PY) benchmarks/upgrade_bench.py $(ARGS)
 
 # The runtime lock first: requirements-dev.in constrains itself to it (-c requirements.lock).
 lock: | $(UV)
