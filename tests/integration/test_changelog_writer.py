@@ -71,3 +71,22 @@ def test_a_record_the_broker_rejects_is_reported_by_flush(
         writer.send(topic_name, 7, b"k", b"v")
         writer.flush(5)
     writer.close(0)
+
+
+def test_a_write_larger_than_the_client_queue_waits_for_room(
+    broker: EmbeddedBroker, admin: Any, topic_name: str
+):
+    """150,000 records in one call: more than the client's local queue holds (100,000),
+    written by a new idempotent producer (which acks nothing for its first moments); the
+    writer serves deliveries until each fits instead of failing (a 1M-key migration in
+    4 tasks failed with BufferError before)."""
+    ensure_topic(admin, topic_name, 1)
+    writer = ChangelogWriter(producer_config(broker.bootstrap_servers))
+    try:
+        writer.send_all(topic_name, 0, [(b"k%d" % i, b"v") for i in range(150_000)])
+        writer.flush(60)
+    finally:
+        writer.close()
+    assert writer.records_sent == 150_000
+    conf = consumer_config(broker.bootstrap_servers)
+    assert log_end_offsets(conf, [(topic_name, 0)]) == {(topic_name, 0): 150_000}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -16,6 +17,9 @@ from statekeeper.changelog.fencing import (
 )
 from statekeeper.changelog.records import CommitMarker
 from statekeeper.errors import ProduceError
+
+#: How long a write waits for room in the client's full local queue before it fails.
+QUEUE_FULL_WAIT_S = 60.0
 
 
 class ChangelogWriter:
@@ -78,25 +82,48 @@ class ChangelogWriter:
         """Produce records to one partition in one tight loop (fire-and-forget: only
         :meth:`flush` proves them delivered); ``headers`` (the writer's epoch stamp,
         :func:`~statekeeper.changelog.fencing.record_headers`) go on every record."""
-        produce, poll = self._producer.produce, self._producer.poll
+        produce = self._producer.produce
         try:
             if headers is None:
                 for key, value in items:
                     try:
                         produce(topic, value, key, partition)
                     except BufferError:
-                        poll(0.1)  # local queue full: let deliveries free room, retry once
-                        produce(topic, value, key, partition)
+                        self._wait_for_room(topic, partition, key, value, None)
             else:
                 for key, value in items:
                     try:
                         produce(topic, value, key, partition, headers=headers)
                     except BufferError:
-                        poll(0.1)
-                        produce(topic, value, key, partition, headers=headers)
+                        self._wait_for_room(topic, partition, key, value, headers)
         except KafkaException as exc:
             raise ProduceError(f"cannot produce to {topic}[{partition}]: {exc}") from exc
         self.records_sent += len(items)
+
+    def _wait_for_room(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        value: bytes | None,
+        headers: Headers | None,
+    ) -> None:
+        """The client's local queue is full (a large task's writes outrun the broker's acks;
+        a new idempotent producer acks nothing for its first ~0.5 s on some brokers): serve
+        deliveries until the record fits, for at most ``QUEUE_FULL_WAIT_S``."""
+        deadline = time.monotonic() + QUEUE_FULL_WAIT_S
+        kwargs = {} if headers is None else {"headers": headers}
+        while True:
+            self._producer.poll(0.05)
+            try:
+                self._producer.produce(topic, value, key, partition, **kwargs)
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise ProduceError(
+                        f"the producer queue stayed full for {QUEUE_FULL_WAIT_S:g} s while "
+                        f"writing {topic}[{partition}]: the broker is not acknowledging records"
+                    ) from None
 
     def flush(self, timeout_s: float) -> None:
         """Wait for all outstanding deliveries; raise if any failed or timed out."""
