@@ -34,6 +34,7 @@ from statekeeper.migration.store_plan import StoreAction, StoreStep, store_steps
 from statekeeper.migration.takeover_plan import OldCommit, plan_takeover, read_takeover_facts
 from statekeeper.migration.task import MigrationJob, TaskMigration, migrate_task
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_id import TaskId
 from statekeeper.versions.compatibility import StoreChange, compare
 from statekeeper.versions.fingerprint import (
@@ -154,11 +155,16 @@ def run_migration(
             if progress is not None:
                 progress(result)
     else:
-        for task_id in tasks:
-            result = migrate_task(job, task_id, scratch_root=scratch_root)
-            report.tasks.append(result)
-            if progress is not None:
-                progress(result)
+        # One state environment (and its producers) for every task of this loop.
+        env = StateEnvironment(job.new_settings)
+        try:
+            for task_id in tasks:
+                result = migrate_task(job, task_id, scratch_root=scratch_root, env=env)
+                report.tasks.append(result)
+                if progress is not None:
+                    progress(result)
+        finally:
+            env.close()
     report.takeover = plan_takeover(
         old_topology=job.old_topology,
         new_topology=job.new_topology,
