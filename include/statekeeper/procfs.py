@@ -8,6 +8,7 @@ start ticks, boot id) and never signal a pid whose start time differs. Linux onl
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,23 @@ def start_ticks(pid: int) -> int | None:
     """Start time of a running (non-zombie) ``pid``; None if it is gone."""
     stat = proc_stat(pid)
     return stat.start_ticks if stat is not None and stat.running else None
+
+
+def start_epoch(pid: int) -> float | None:
+    """When a running ``pid`` started, in epoch seconds (boot time + its start ticks); None
+    if it is gone or the boot time is unknown."""
+    ticks = start_ticks(pid)
+    if ticks is None:
+        return None
+    try:
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def parent_pid(pid: int) -> int | None:

@@ -202,6 +202,11 @@ class StatekeeperSettings(BaseSettings):
                 raise ValueError(f"expected host:port[,host:port], got {value!r}")
         return value
 
+    def checkpoint_path(self) -> Path:
+        """The app's Spark checkpoint directory: ``<checkpoint_dir>/<application_id>``,
+        absolute (Spark resolves it from the driver's working directory)."""
+        return Path(self.checkpoint_dir).absolute() / self.application_id
+
     def status_path(self) -> Path:
         """Where the app writes its status document: ``status_file``, else
         ``<state_dir>/<application_id>/status.json``."""

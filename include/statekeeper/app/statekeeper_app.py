@@ -116,7 +116,7 @@ class StatekeeperApp:
         self.app_id = settings.application_id
         self.spark_conf = dict(spark_conf or {})
         self.machine = AppStateMachine(listeners)
-        self.checkpoint = Path(settings.checkpoint_dir).absolute() / self.app_id
+        self.checkpoint = settings.checkpoint_path()
         self.board = StatusBoard(self.app_id, settings.status_path().absolute())
         self.board.add_provider(self._live_status)
         self.machine.add_listener(lambda new, _old: self.board.update(state=new.value))
@@ -356,12 +356,6 @@ class StatekeeperApp:
         if takeover is None:
             return
         self._takeover, self._batch_base = takeover, takeover.batch_base
-        # Where the query starts, until a batch moves it (a partition the old version had
-        # drained gets no range in the first batch: its lag is 0, not its whole log).
-        for topic, parts in takeover.start_offsets.items():
-            for partition, offset in parts.items():
-                if offset >= 0:
-                    self._positions.setdefault((topic, partition), offset)
         self.topology.carried_inputs = {
             c.old_topic: CarriedInput(c.new_topic, c.max_batch) for c in takeover.carried
         }
@@ -474,6 +468,7 @@ class StatekeeperApp:
         )
         if self._stop_at is not None:
             reader = reader.option("stopAtOffsets", offsets_to_json(self._stop_at))
+        if self._stop_at is not None or self._takeover is not None:
             self._seed_positions(starting)
         ranges = reader.load()
         return (
@@ -496,9 +491,10 @@ class StatekeeperApp:
         return self.settings.starting_offsets
 
     def _seed_positions(self, starting: str) -> None:
-        """A bounded run knows where a partition without a committed position stands when
-        the start is explicit: a partition with nothing to read below its stop offset never
-        appears in a batch, and must not look unprocessed."""
+        """Where a partition without a committed position stands when the start is explicit
+        (a bounded run, a takeover): a partition with nothing to read (below its stop
+        offset; drained by the old version) never appears in a batch, and must not look
+        unprocessed, its whole log as lag."""
         spec = parse_offset_spec(starting, "startingOffsets", "earliest")
         for tp, offset in spec.offsets.items():
             if offset >= 0:
@@ -822,18 +818,27 @@ class StatekeeperApp:
             for run in [*runs, *extra]
         ]
 
+    def _quiet_s(self) -> float:
+        """How long without a batch makes the app idle: two trigger intervals, at least 1 s."""
+        return max(1.0, 2 * self.settings.trigger_interval_ms / 1000)
+
+    def _idle_lock(self, quiet_s: float) -> bool:
+        """Take the batch lock for a pass of the driver's own (no batch runs, none ran for
+        ``quiet_s``, the app is not stopping); the caller releases it. False: not taken."""
+        if (
+            self._spark_session is None
+            or self._stopping
+            or time.monotonic() - self._last_batch_end < quiet_s
+        ):
+            return False
+        return self._batch_lock.acquire(blocking=False)
+
     def _snapshot_idle_tasks(self) -> None:
         """A pending snapshot while no batch runs (an idle app): a commit-only pass of every
         stateful task takes it. A running batch takes it instead (the lock is busy)."""
-        spark = self._spark_session
-        quiet_s = max(1.0, 2 * self.settings.trigger_interval_ms / 1000)
-        if (
-            spark is None
-            or self._stopping
-            or time.monotonic() - self._last_batch_end < quiet_s  # a batch will take it
-            or not self._batch_lock.acquire(blocking=False)
-        ):
+        if not self._idle_lock(self._quiet_s()):  # a batch will take it
             return
+        spark = self._spark_session
         try:
             if self._stopping or not self.snapshots.pending:
                 return
@@ -866,16 +871,9 @@ class StatekeeperApp:
         since its last batch (Kafka Streams commits on its interval whatever the input):
         readers of the last commit (queries, snapshots, drills, a shadow run's diff) then
         see every batch, not the commit before an input pause. Nothing held: no Spark job."""
-        interval = self.settings.commit_interval_ms / 1000
-        quiet_s = max(1.0, 2 * self.settings.trigger_interval_ms / 1000, interval)
+        quiet_s = max(self._quiet_s(), self.settings.commit_interval_ms / 1000)
         now = time.monotonic()
-        if (
-            self._spark_session is None
-            or self._stopping
-            or now - self._last_batch_end < quiet_s
-            or now - self._idle_commit_tried < quiet_s
-            or not self._batch_lock.acquire(blocking=False)
-        ):
+        if now - self._idle_commit_tried < quiet_s or not self._idle_lock(quiet_s):
             return
         try:
             self._idle_commit_tried = now

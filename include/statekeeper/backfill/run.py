@@ -29,9 +29,8 @@ from statekeeper.backfill.start import FROM_SETTING, StartPlan, decide_start, re
 from statekeeper.backfill.timestamps import offsets_for_timestamp
 from statekeeper.changelog.records import changelog_topic
 from statekeeper.errors import ConfigError
-from statekeeper.spark.checkpoint_log import last_committed_offsets
+from statekeeper.spark.checkpoint_log import last_committed_positions
 from statekeeper.spark.offset_planning import (
-    offsets_from_dict,
     parse_offset_spec,
 )
 
@@ -98,7 +97,7 @@ def prepare_backfill(
             if count:
                 tp_ends = log_end_offsets(conf, [(topic, p) for p in range(count)], timeout)
                 changelogs[topic] = sum(tp_ends.values())
-    checkpoint = Path(settings.checkpoint_dir).absolute() / app_id
+    checkpoint = settings.checkpoint_path()
     history = read_history(settings, topology, checkpoint, changelogs)
     plan = decide_start(history, from_spec)
 
@@ -206,10 +205,7 @@ def _takeover_start(takeover: bool, settings: Any, checkpoint: Path) -> dict[TP,
 
 def _source_positions(checkpoint: Path, sources: dict[str, int]) -> dict[TP, int]:
     """The source offsets of Spark's newest committed micro-batch (empty: none)."""
-    committed = last_committed_offsets(checkpoint)
-    if not committed:
-        return {}
-    offsets = offsets_from_dict(committed, f"{checkpoint}/offsets")
+    offsets = last_committed_positions(checkpoint)
     return {tp: o for tp, o in offsets.items() if tp[0] in sources}
 
 

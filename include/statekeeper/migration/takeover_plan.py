@@ -16,11 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from statekeeper.spark.checkpoint_log import last_committed_batch, last_committed_offsets
-from statekeeper.spark.offset_planning import offsets_from_dict
+from statekeeper.spark.checkpoint_log import last_committed_batch, last_committed_positions
 from statekeeper.state.task_id import TaskId
 from statekeeper.versions.takeover import CarriedTopic, Takeover, TakeoverError
 
@@ -53,11 +51,6 @@ class TakeoverFacts:
     checkpoint: str | None = "checkpoint"
 
 
-def old_checkpoint_dir(settings: Any) -> Path:
-    """The old version's Spark checkpoint directory (as its app computes it)."""
-    return Path(settings.checkpoint_dir).absolute() / settings.application_id
-
-
 def read_takeover_facts(
     old_settings: Any, old_topology: Any, partitions: Mapping[str, int]
 ) -> TakeoverFacts:
@@ -66,11 +59,10 @@ def read_takeover_facts(
     from statekeeper.kafka.adapter import consumer_config
     from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets
 
-    checkpoint = old_checkpoint_dir(old_settings)
+    checkpoint = old_settings.checkpoint_path()
     found = (checkpoint / "offsets").is_dir()
     last = last_committed_batch(checkpoint) if found else None
-    ended = last_committed_offsets(checkpoint) if last is not None else None
-    batch_end = offsets_from_dict(ended, "old checkpoint") if ended else {}
+    batch_end = last_committed_positions(checkpoint) if last is not None else {}
     app = old_settings.application_id
     topics = old_topology.internal_topics(app)
     tps = [(t, p) for t in topics for p in range(partitions.get(t, 0))]

@@ -65,6 +65,12 @@ class MigrationJob:
     def step(self, store: str) -> StoreStep:
         return next(s for s in self.steps if s.store == store)
 
+    def carried_offsets(self, offsets: dict[str, int]) -> dict[str, int]:
+        """The old task's committed offsets the new task's markers carry: its source
+        topics' and the old repartition topics' (``topic:partition`` -> offset)."""
+        topics = self.source_topics | self.old_repartition_topics
+        return {tp: o for tp, o in offsets.items() if tp.rpartition(":")[0] in topics}
+
 
 @dataclass
 class TaskMigration:
@@ -141,11 +147,7 @@ def migrate_task(
                 if old_specs
                 else "no store of the old task is carried: it starts empty",
             )
-        carried = {
-            tp: offset
-            for tp, offset in offsets.items()
-            if tp.rpartition(":")[0] in job.source_topics | job.old_repartition_topics
-        }
+        carried = job.carried_offsets(offsets)
         result = TaskMigration(task_id, batch_id, carried, read_from=_read_from(old))
         own_env = env is None
         task_env = StateEnvironment(job.new_settings) if env is None else env

@@ -62,6 +62,13 @@ def last_committed_offsets(checkpoint: Path) -> dict[str, Any] | None:
     return None
 
 
+def last_committed_positions(checkpoint: Path) -> dict[tuple[str, int], int]:
+    """Where the newest committed batch ended, per ``(topic, partition)`` ({} when Spark
+    committed none)."""
+    ended = last_committed_offsets(checkpoint)
+    return offsets_from_dict(ended, f"{checkpoint}/offsets") if ended else {}
+
+
 def logged_batch_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange] | None:
     """The offset ranges of ``batch_id`` from the offset log: batch N-1's logged end offsets
     to batch N's. None when the log cannot say (batch 0, whose start Spark takes from the

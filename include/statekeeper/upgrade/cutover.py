@@ -30,6 +30,7 @@ from statekeeper.app.spec import AppSpec
 from statekeeper.errors import StatekeeperError
 from statekeeper.migration.job import MigrationReport, prepare_migration, run_migration
 from statekeeper.migration.task import TaskMigration
+from statekeeper.procfs import start_epoch, start_ticks
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.upgrade.verify import VerifyReport, verify_migration
 from statekeeper.versions.history import (
@@ -90,31 +91,15 @@ def running_pid(settings: StatekeeperSettings) -> int | None:
     pid = doc.get("pid")
     if doc.get("state") not in RUNNING_STATES or not isinstance(pid, int) or pid <= 0:
         return None
-    if not _alive(pid):
+    if start_ticks(pid) is None:  # gone (or a zombie)
         return None
-    started = _process_start_epoch(pid)
-    status_started = doc.get("started_at")
-    if started is not None and isinstance(status_started, (int, float)):
-        return pid if started <= status_started + 1.0 else None
-    return pid
-
-
-def _process_start_epoch(pid: int) -> float | None:
-    """When ``pid`` started (epoch seconds), from /proc; None without /proc."""
-    from statekeeper.procfs import start_ticks
-
-    ticks = start_ticks(pid)
-    try:
-        boot = next(
-            float(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-    except (OSError, StopIteration, ValueError):
-        return None
-    if ticks is None:
-        return None
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
+    started, status_started = start_epoch(pid), doc.get("started_at")
+    reused = (
+        started is not None
+        and isinstance(status_started, (int, float))
+        and started > status_started + 1.0
+    )
+    return None if reused else pid
 
 
 def stop_gracefully(settings: StatekeeperSettings, timeout_s: float) -> str:
@@ -127,25 +112,13 @@ def stop_gracefully(settings: StatekeeperSettings, timeout_s: float) -> str:
     started = time.monotonic()
     os.kill(pid, signal.SIGTERM)
     while time.monotonic() - started < timeout_s:
-        if not _alive(pid):
+        if start_ticks(pid) is None:
             return f"stopped gracefully (pid {pid}, {time.monotonic() - started:.1f} s)"
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
-    while _alive(pid):
+    while start_ticks(pid) is not None:
         time.sleep(0.1)
     return f"killed after {timeout_s:.0f} s without stopping (pid {pid})"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def cutover(

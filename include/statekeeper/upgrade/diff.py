@@ -25,8 +25,7 @@ from typing import Any
 from statekeeper.app.spec import AppSpec
 from statekeeper.migration.job import prepare_migration
 from statekeeper.settings import StatekeeperSettings
-from statekeeper.spark.checkpoint_log import last_committed_offsets
-from statekeeper.spark.offset_planning import offsets_from_dict
+from statekeeper.spark.checkpoint_log import last_committed_positions
 from statekeeper.upgrade.verify import VerifyReport, verify_migration
 
 
@@ -79,9 +78,8 @@ def diff_versions(
     ends = log_end_offsets(conf, tps, new_settings.broker_timeout_s)
     behind = []
     for version, settings in (("old", old_settings), ("new", new_settings)):
-        checkpoint = Path(settings.checkpoint_dir).absolute() / settings.application_id
-        done = last_committed_offsets(checkpoint)
-        at = offsets_from_dict(done, str(checkpoint)) if done else {}
+        checkpoint = settings.checkpoint_path()
+        at = last_committed_positions(checkpoint)
         for topic in sorted(job.source_topics):
             for p in range(prepared.partitions.get(topic, 0)):
                 if at.get((topic, p)) != ends[(topic, p)]:

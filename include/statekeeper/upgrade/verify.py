@@ -147,11 +147,7 @@ def _verify_task(
     ):
         old_batch, old_offsets, _ = committed_batch(old) if old_specs else (None, {}, [])
         new_batch, new_offsets, _ = committed_batch(new)
-        carried = {
-            tp: o
-            for tp, o in old_offsets.items()
-            if tp.rpartition(":")[0] in job.source_topics | job.old_repartition_topics
-        }
+        carried = job.carried_offsets(old_offsets)
         if ends is None:
             aligned = (old_batch, carried) == (new_batch, new_offsets) or (
                 old_batch is None and new_batch is None
