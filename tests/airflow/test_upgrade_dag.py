@@ -4,7 +4,6 @@ broker, no Spark), then a rollback; a bad app id fails the step naming the apps 
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 
 import yaml
 
@@ -13,7 +12,13 @@ from statekeeper.app.topics import prepare_topics
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.versions.history import active_override, read_history
 from statekeeper.worker.task_runner import close_worker_services
-from tests.integration.test_state_migration import PARTITIONS, _run_v1, _settings, _write_specs
+from tests.integration.test_state_migration import (
+    PARTITIONS,
+    _produce_words,
+    _run_v1,
+    _settings,
+    _write_specs,
+)
 
 
 def _upgrade_dag(specs, monkeypatch):
@@ -49,17 +54,7 @@ def test_cutover_then_rollback_through_the_dag(
     for path in (v1_path, v2_path):
         raw = yaml.safe_load(path.read_text())
         path.write_text(yaml.safe_dump({**raw, "settings": settings}))
-    from confluent_kafka import Producer
-
-    from statekeeper.kafka.adapter import producer_config
-
-    producer = Producer(producer_config(broker.bootstrap_servers))
-    sent = [Counter[str]() for _ in range(PARTITIONS)]
-    for i in range(20):
-        producer.produce(topic_name, b"x", f"w{i % 5}".encode(), partition=i % PARTITIONS)
-        sent[i % PARTITIONS][f"w{i % 5}"] += 1
-    assert producer.flush(15) == 0
-    del producer  # no client left to retry the broker after the session stops it
+    sent = _produce_words(broker.bootstrap_servers, topic_name, 20, vocabulary=5)
     v1 = load_app_spec(v1_path).build_topology()
     prepare_topics(admin, v1, old_app, 30.0)
     v1_settings = _settings(broker, state, old_app)

@@ -86,6 +86,21 @@ def _write_specs(folder: Path, topic: str, old_app: str, new_app: str) -> tuple[
     return v1, v2
 
 
+def _produce_words(
+    bootstrap: str, topic: str, count: int, vocabulary: int, partitions: int = PARTITIONS
+) -> list[Counter[str]]:
+    """``count`` records keyed ``w<i % vocabulary>`` to partition ``i % partitions``; what
+    each partition got, per word."""
+    producer = Producer(producer_config(bootstrap))
+    sent = [Counter[str]() for _ in range(partitions)]
+    for i in range(count):
+        word, partition = f"w{i % vocabulary}", i % partitions
+        producer.produce(topic, b"x", word.encode(), partition=partition)
+        sent[partition][word] += 1
+    assert producer.flush(15) == 0
+    return sent
+
+
 def _settings(broker: Any, state_dir: Path, app: str) -> Any:
     return load_settings(
         bootstrap_servers=broker.bootstrap_servers,

@@ -8,15 +8,12 @@ import dataclasses
 import json
 import os
 import uuid
-from collections import Counter
 
 import pytest
-from confluent_kafka import Producer
 
 from statekeeper.app.spec import load_app_spec
 from statekeeper.app.topics import prepare_topics
 from statekeeper.cli import main
-from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.migration import prepare_migration
 from statekeeper.migration.functions import StoreMigration
@@ -24,7 +21,13 @@ from statekeeper.upgrade import UpgradeError, cutover, rollback, verify_migratio
 from statekeeper.upgrade.cutover import running_pid
 from statekeeper.versions.history import active_override, read_history
 from statekeeper.worker.task_runner import close_worker_services
-from tests.integration.test_state_migration import PARTITIONS, _run_v1, _settings, _write_specs
+from tests.integration.test_state_migration import (
+    PARTITIONS,
+    _produce_words,
+    _run_v1,
+    _settings,
+    _write_specs,
+)
 
 
 @pytest.fixture
@@ -33,13 +36,7 @@ def versions(broker, admin, topic_name, tmp_path):
     ensure_topic(admin, topic_name, PARTITIONS)
     old_app, new_app = (f"cut-{v}-{uuid.uuid4().hex[:6]}" for v in ("v1", "v2"))
     v1_path, v2_path = _write_specs(tmp_path / "app", topic_name, old_app, new_app)
-    producer = Producer(producer_config(broker.bootstrap_servers))
-    sent = [Counter[str]() for _ in range(PARTITIONS)]
-    for i in range(50):
-        word, partition = f"w{i % 9}", i % PARTITIONS
-        producer.produce(topic_name, b"x", word.encode(), partition=partition)
-        sent[partition][word] += 1
-    assert producer.flush(15) == 0
+    sent = _produce_words(broker.bootstrap_servers, topic_name, 50, vocabulary=9)
     v1_spec = load_app_spec(v1_path)
     v1_settings = _settings(broker, tmp_path / "state", old_app)
     topology = v1_spec.build_topology()

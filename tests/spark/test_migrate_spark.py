@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import Counter
-
-from confluent_kafka import Producer
 
 from statekeeper.app.spec import load_app_spec
 from statekeeper.app.topics import prepare_topics
 from statekeeper.cli import main
-from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.migration import migrate_app
 from statekeeper.worker.task_runner import close_worker_services
-from tests.integration.test_state_migration import _read_back, _run_v1, _settings, _write_specs
+from tests.integration.test_state_migration import (
+    _produce_words,
+    _read_back,
+    _run_v1,
+    _settings,
+    _write_specs,
+)
 
 PARTITIONS = 3
 
@@ -29,13 +31,9 @@ def test_migrate_on_spark(spark, broker, admin, topic_name, tmp_path, capsys) ->
     v1_spec, v2_spec = load_app_spec(v1_path), load_app_spec(v2_path)
     v1_settings = _settings(broker, tmp_path / "state", old_app)
     v2_settings = _settings(broker, tmp_path / "state", new_app)
-    producer = Producer(producer_config(broker.bootstrap_servers))
-    sent = [Counter[str]() for _ in range(PARTITIONS)]
-    for i in range(60):
-        word, partition = f"w{i % 11}", i % PARTITIONS
-        producer.produce(topic_name, b"x", word.encode(), partition=partition)
-        sent[partition][word] += 1
-    assert producer.flush(15) == 0
+    sent = _produce_words(
+        broker.bootstrap_servers, topic_name, 60, vocabulary=11, partitions=PARTITIONS
+    )
     v1 = v1_spec.build_topology()
     prepare_topics(admin, v1, old_app, 30.0)
     ends = [sum(c.values()) for c in sent]
