@@ -66,14 +66,20 @@ def build_topology(
     input_topic: str = "lines",
     output_topic: str = "word-counts-v2",
     store: str = "word-counts",
+    word_partitions: int | None = None,
 ) -> Topology:
-    """The word_count v2 topology on the given topics and store."""
+    """The word_count v2 topology on the given topics and store. ``word_partitions``: the
+    words repartition topic's partition count (default: the input's); another count than
+    v1's moves words to other tasks, which the migration does (re-keying)."""
     builder = StreamsBuilder()
     lines = builder.stream(input_topic, key_serde="bytes", value_serde="str")
+    words = Grouped.as_("words").with_key_serde("str").with_value_serde("str")
+    if word_partitions is not None:
+        words = words.with_partitions(int(word_partitions))
     counts = (
         lines.flat_map_values(words_of)
         .select_key(_word)
-        .repartition(Grouped.as_("words").with_key_serde("str").with_value_serde("str"))
+        .repartition(words)
         .process_values(LineTime, name="line-time")
         .group_by_key(Grouped.with_("str", "int"))
         .aggregate(no_entry, seen, Materialized.as_(store).with_serdes("str", "json"))

@@ -152,6 +152,7 @@ class Upgraded:
     v2: AppUnderTest
     takeover: Takeover
     kills: list[dict[str, Any]]
+    report: dict[str, Any]
 
     def upgraded_at(self, topic: str) -> dict[int, int]:
         """Per partition of ``topic``, the first offset v2's subtopology 0 (the one reading the
@@ -190,10 +191,19 @@ def _upgrade_under_kills(
     feed(2 + V2_KILLS)
     v2.run_to_completion(V2_KILLS)
     print(f"upgrade kills: {json.dumps(kills)}")
-    return Upgraded(v1, v2, takeover, kills)
+    return Upgraded(v1, v2, takeover, kills, report)
 
 
-def test_word_count_upgrade_is_exact_under_kill9(broker, tmp_path) -> None:
+@pytest.mark.parametrize(
+    "word_partitions",
+    [
+        # v2 counts words in 6 tasks instead of v1's 4: the migration re-keys the counts
+        # and v2's tasks read v1's uncommitted repartition records from every old partition.
+        pytest.param(6, id="rekeyed-4-to-6"),
+        pytest.param(None, id="same-tasks", marks=pytest.mark.chaos),
+    ],
+)
+def test_word_count_upgrade_is_exact_under_kill9(broker, tmp_path, word_partitions) -> None:
     bootstrap = broker.bootstrap_servers
     seed = _seed()
     suffix = uuid.uuid4().hex[:6]
@@ -211,10 +221,23 @@ def test_word_count_upgrade_is_exact_under_kill9(broker, tmp_path) -> None:
         commit_interval_ms=2_000,
     )
     v2_params = {"input_topic": topic, "output_topic": out_v2}
+    if word_partitions is not None:
+        v2_params["word_partitions"] = str(word_partitions)
     up = _upgrade_under_kills(v1, "word_count_v2", v2_params, feed, random.Random(seed))
+    tasks = word_partitions or PARTITIONS
+    rekeyed = [t for t in up.report["tasks"] if t["task"].startswith("1_")]
+    assert [t["task"] for t in rekeyed] == [f"1_{p}" for p in range(tasks)]
+    if word_partitions is not None:  # every v2 task carries every v1 task's offsets
+        words = f"{v1.app_id}-words-repartition"
+        assert all(
+            {tp for tp in t["source_offsets"] if tp.startswith(words)}
+            == {f"{words}:{p}" for p in range(PARTITIONS)}
+            for t in rekeyed
+            if t["batch_id"] is not None
+        ), rekeyed
 
     expected = v2_ref.recompute(read_topic(bootstrap, topic), upgraded_at=up.upgraded_at(topic))
-    entries = read_store(up.v2.settings, up.v2.spec.build_topology(), "word-counts", PARTITIONS)
+    entries = read_store(up.v2.settings, up.v2.spec.build_topology(), "word-counts", tasks)
     want = {w: e["count"] for w, e in expected.counts.items()}
     assert {w: e["count"] for w, e in entries.items()} == want, f"kills: {json.dumps(up.kills)}"
     only_v2 = {w: e["first_seen_ms"] for w, e in expected.counts.items() if e["first_seen_ms"]}

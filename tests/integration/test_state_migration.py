@@ -348,13 +348,14 @@ def test_refusals_before_anything_is_written(broker, admin, topic_name, tmp_path
     assert out.err.count("\n") == 1 and "needs a migration and none is declared" in out.err
 
     # The old changelogs were made when the source had 1 partition (and no fingerprint
-    # recorded the count): the source was repartitioned since; refused.
+    # recorded the count): the source was repartitioned since, and this subtopology counts
+    # the source's keys directly: no re-keying can be exact; refused.
     for store in ("counts", "sk-task-state-0"):
         ensure_topic(admin, f"{app}-{store}-changelog", 1)
     with pytest.raises(
         MigrationRefused,
-        match=f"store counts: changelog {app}-counts-changelog has 1 partitions and the new "
-        "version has 2 tasks in subtopology 0 .*not implemented yet",
+        match=f"subtopology 0 has state and reads source topic\\(s\\) {topic_name} directly, "
+        "whose partition count changed \\(1 -> 2 tasks\\)",
     ):
         migrate_app(v1_spec, other_spec, old_settings=settings, new_settings=other)
     assert partition_count(admin, f"{app}-3-counts-changelog", 10) is None  # nothing created

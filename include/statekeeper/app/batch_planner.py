@@ -63,8 +63,9 @@ class BatchPlanner:
     ``subtopology_of`` maps a source topic to the subtopology reading it. A new version
     taking over (:mod:`statekeeper.app.takeover_start`) gives ``floor``, the first offset a
     subtopology processes of a partition (its ranges are cut below), and
-    ``first_replayable``, its first batch id (replayable: its ranges are recorded). Only the
-    last
+    ``first_replayable``, its first batch id (replayable: its ranges are recorded), and
+    ``fan_out``, for an old repartition topic whose state was re-keyed, the number of tasks
+    each of its ranges goes to (every task of the subtopology). Only the last
     ``max_uncommitted_batches`` batches are kept, and one entry per task, so memory does not
     grow with the number of batches."""
 
@@ -77,10 +78,12 @@ class BatchPlanner:
         max_records_per_batch: int,
         floor: Callable[[int, str, int], int | None] | None = None,
         first_replayable: int = 1,
+        fan_out: Callable[[str], int | None] | None = None,
     ) -> None:
         self._log = log
         self._subtopology_of = subtopology_of
         self._floor = floor
+        self._fan_out = fan_out
         # Spark's offset log cannot say where its batch 0 started; a new version taking over
         # records its first batch's ranges itself, so it can replay it.
         self._first_replayable = first_replayable
@@ -207,14 +210,16 @@ class BatchPlanner:
         by_task: dict[str, list[OffsetRange]] = defaultdict(list)
         for r in ranges:
             sub = self._subtopology_of(r.topic)
-            tid = task_id(sub, r.partition)
-            self._task_keys[tid] = (sub, r.partition)
             floor = None if self._floor is None else self._floor(sub, r.topic, r.partition)
             if floor is not None and r.start < floor:
                 if r.end <= floor:
                     continue
                 r = OffsetRange(r.topic, r.partition, floor, r.end)
-            by_task[tid].append(r)
+            width = None if self._fan_out is None else self._fan_out(r.topic)
+            for partition in (r.partition,) if width is None else range(width):
+                tid = task_id(sub, partition)
+                self._task_keys[tid] = (sub, partition)
+                by_task[tid].append(r)
         return {tid: tuple(sorted(rs, key=lambda r: r.topic)) for tid, rs in by_task.items()}
 
     def _remember(

@@ -357,7 +357,7 @@ class StatekeeperApp:
             return
         self._takeover, self._batch_base = takeover, takeover.batch_base
         self.topology.carried_inputs = {
-            c.old_topic: CarriedInput(c.new_topic, c.max_batch) for c in takeover.carried
+            c.old_topic: CarriedInput(c.new_topic, c.max_batch, c.fan_out) for c in takeover.carried
         }
         s = self.settings
         self.planner = BatchPlanner(
@@ -367,6 +367,7 @@ class StatekeeperApp:
             max_records_per_batch=s.max_records_per_batch,
             floor=takeover.floor,
             first_replayable=takeover.batch_base,
+            fan_out=takeover.fan_out,
         )
         self.board.update(
             takeover={

@@ -9,12 +9,15 @@ refuses what is not possible) and the declared migration functions are imported.
 parallel on the executors), or in a loop here (``spark_context=None``). Last, the new
 version's fingerprint is recorded in its state root, so its start check reads it.
 
+A subtopology whose task count changed (a source topic's partition count changed, and the
+repartition topics derived from it) has its state re-keyed across its new tasks
+(:mod:`statekeeper.migration.rekey`): the old task counts come from the old changelogs
+(:func:`old_task_counts`).
+
 Refused up front: the same application id for both versions (the new version writes its
-own changelogs: a new id, blue/green), a source topic whose partition count changed since
-the old state was written (repartitioning: not implemented yet; seen in the recorded
-fingerprint, and in the old changelogs' partition counts, :func:`check_old_changelogs`), a
-carried store whose old changelog does not exist, and whatever :func:`store_steps`
-refuses.
+own changelogs: a new id, blue/green), a carried store whose old changelog does not exist,
+a re-keyed subtopology that reads a source topic directly
+(:mod:`statekeeper.migration.rekey_plan`), and whatever :func:`store_steps` refuses.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from statekeeper.app.topics import prepare_topics, source_partitions, task_plan
 from statekeeper.changelog.records import changelog_topic
 from statekeeper.kafka.admin import make_admin, partition_count, wait_for_broker
 from statekeeper.migration.functions import MigrationError, MigrationRefused, StoreMigration
+from statekeeper.migration.rekey import migrate_rekeyed_locally, migrate_rekeyed_on_spark
+from statekeeper.migration.rekey_plan import plan_rekeys, task_counts
 from statekeeper.migration.store_plan import StoreAction, StoreStep, store_steps
 from statekeeper.migration.takeover_plan import OldCommit, plan_takeover, read_takeover_facts
 from statekeeper.migration.task import MigrationJob, TaskMigration, migrate_task
@@ -144,27 +149,40 @@ def run_migration(
     # Until the takeover is planned the new version must not start on this state: a start
     # without it would process the old version's input again (statekeeper.app.takeover_start).
     write_takeover(takeover_path(new_root), _pending(job))
+    # Tasks of a re-keyed subtopology are written from all its old tasks at once.
+    tasks = [t for t in tasks if job.rekey_of(TaskId.parse(t).subtopology) is None]
+
+    def done(result: TaskMigration) -> None:
+        report.tasks.append(result)
+        if progress is not None:
+            progress(result)
+
     if spark_context is not None:
         results = (
             spark_context.parallelize(tasks, max(1, len(tasks)))
             .map(lambda task_id: migrate_task(job, task_id))
             .collect()
+            if tasks
+            else []
         )
+        for rekey in job.rekeyed:
+            results += migrate_rekeyed_on_spark(job, rekey, spark_context)
         for result in results:
-            report.tasks.append(result)
-            if progress is not None:
-                progress(result)
+            done(result)
     else:
         # One state environment (and its producers) for every task of this loop.
         env = StateEnvironment(job.new_settings)
         try:
             for task_id in tasks:
-                result = migrate_task(job, task_id, scratch_root=scratch_root, env=env)
-                report.tasks.append(result)
-                if progress is not None:
-                    progress(result)
+                done(migrate_task(job, task_id, scratch_root=scratch_root, env=env))
+            for rekey in job.rekeyed:
+                for result in migrate_rekeyed_locally(
+                    job, rekey, env=env, scratch_root=scratch_root
+                ):
+                    done(result)
         finally:
             env.close()
+    report.tasks.sort(key=lambda t: TaskId.parse(t.task_id))
     report.takeover = plan_takeover(
         old_topology=job.old_topology,
         new_topology=job.new_topology,
@@ -215,7 +233,11 @@ def prepare_migration(
     old_fp = fingerprint_of(old_topology, new_app, {**old_now, **(recorded_partitions or {})})
     new_fp = fingerprint_of(new_topology, new_app, now)
     steps = store_steps(compare(old_fp, new_fp), old_fp, new_fp, set(new_spec.migrations))
-    check_old_changelogs(admin, old_app, new_topology, new_app, now, steps, timeout)
+    old_tasks = old_task_counts(admin, old_app, steps, timeout)
+    new_tasks = task_counts(
+        new_topology, new_app, {**now, **new_topology.repartition_partitions(new_app, now)}
+    )
+    rekeys = plan_rekeys(new_topology, new_app, old_tasks, new_tasks)
     migrations = {
         store: StoreMigration(
             store, declared.kind, new_spec.migration_function(store), declared.ref
@@ -240,39 +262,26 @@ def prepare_migration(
         old_repartition_topics=frozenset(old_topology.internal_topics(old_app)),
         snapshot=snapshot,
         new_fingerprint=new_fp.to_dict(),
+        rekeyed=tuple(rekeys),
     )
     partitions = {
         **now,
         **new_topology.repartition_partitions(new_app, now),
-        **old_topology.repartition_partitions(old_app, old_now),
+        **old_repartition_partitions(admin, old_topology, old_app, old_now, timeout),
     }
     return PreparedMigration(
         job, sorted(tasks, key=TaskId.parse), _notes(recorded_partitions), partitions
     )
 
 
-def check_old_changelogs(
-    admin: Any,
-    old_app: str,
-    new_topology: Any,
-    new_app: str,
-    sources: dict[str, int],
-    steps: list[StoreStep],
-    timeout_s: float,
-) -> None:
-    """Every carried store's changelog in the old app exists, with as many partitions as the
-    new version has tasks in the store's subtopology (a changelog is co-partitioned with the
-    input its state was written from: another count means the source was repartitioned since,
-    whether or not a fingerprint recorded the old count). Raises :class:`MigrationRefused`
-    naming each that does not."""
-    partitions = {**sources, **new_topology.repartition_partitions(new_app, sources)}
-    tasks = {
-        sub.id: max(
-            (partitions.get(t, 0) for t in new_topology.subtopology_topics(new_app, sub.id)),
-            default=0,
-        )
-        for sub in new_topology.subtopologies
-    }
+def old_task_counts(
+    admin: Any, old_app: str, steps: list[StoreStep], timeout_s: float
+) -> dict[int, int]:
+    """Per subtopology with a carried store, how many tasks the old state has: its
+    changelogs' partition count (one partition per task, whatever the source topics hold
+    now). Raises :class:`MigrationRefused` naming every carried store whose old changelog
+    does not exist, and every subtopology whose changelogs disagree."""
+    counts: dict[int, dict[str, int]] = {}
     problems = []
     for step in steps:
         if step.action not in (StoreAction.COPY, StoreAction.MIGRATE):
@@ -285,15 +294,25 @@ def check_old_changelogs(
                 f"store {step.store}: the old app has no changelog {topic} (did it ever run "
                 "with this topology?)"
             )
-        elif count != tasks[step.subtopology]:
+        else:
+            counts.setdefault(step.subtopology, {})[topic] = count
+    for sub, topics in sorted(counts.items()):
+        if len(set(topics.values())) > 1:
             problems.append(
-                f"store {step.store}: changelog {topic} has {count} partitions and the new "
-                f"version has {tasks[step.subtopology]} tasks in subtopology "
-                f"{step.subtopology} (the source was repartitioned: moving state across tasks "
-                "is not implemented yet)"
+                f"subtopology {sub}: its old changelogs disagree on its task count ({topics})"
             )
     if problems:
         raise MigrationRefused("cannot migrate: " + "; ".join(problems))
+    return {sub: next(iter(topics.values())) for sub, topics in counts.items()}
+
+
+def old_repartition_partitions(
+    admin: Any, old_topology: Any, old_app: str, sources: dict[str, int], timeout_s: float
+) -> dict[str, int]:
+    """The old version's repartition topics' partition counts as the broker has them (a
+    source expanded since kept them), else as the old topology derives them."""
+    derived = old_topology.repartition_partitions(old_app, sources)
+    return {t: partition_count(admin, t, timeout_s) or n for t, n in derived.items()}
 
 
 def _recorded_fingerprint(

@@ -14,8 +14,9 @@ that every changelog topic is renamed. Per store of either version:
 Refused, one line naming every case: a ``needs-migration`` store without a migration, a
 migration declared for a store the new version does not have (or a new one), a carried
 store that moved to another subtopology or whose changelog was off in the old version (its
-state lives only in the old app's local directories, which are not read), and a source
-topic whose partition count changed (repartitioning: not implemented yet).
+state lives only in the old app's local directories, which are not read). A source topic's
+partition count change is not a store's: :mod:`statekeeper.migration.rekey_plan` decides
+it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from statekeeper.migration.functions import MigrationRefused
-from statekeeper.versions.compatibility import StoreChange, TopicChange, UpgradePlan
+from statekeeper.versions.compatibility import StoreChange, UpgradePlan
 from statekeeper.versions.fingerprint import TopologyFingerprint
 
 
@@ -66,11 +67,7 @@ def store_steps(
 ) -> list[StoreStep]:
     """Every store's step, sorted by name; raises :class:`MigrationRefused` with every
     problem (module docstring) in one line."""
-    problems = [f"source {t.topic}: {t.detail}" for t in plan.topics if _repartitions(t.change)]
-    if problems:
-        problems = [
-            f"{p} (repartitioning state across tasks is not implemented yet)" for p in problems
-        ]
+    problems: list[str] = []
     steps = []
     for verdict in plan.stores:
         name = verdict.store
@@ -114,10 +111,6 @@ def store_steps(
     if problems:
         raise MigrationRefused("cannot migrate: " + "; ".join(problems))
     return sorted(steps, key=lambda s: s.store)
-
-
-def _repartitions(change: TopicChange) -> bool:
-    return change is TopicChange.PARTITIONS_CHANGED
 
 
 def _sub(store: Any) -> int | None:

@@ -222,13 +222,12 @@ def _carried(
                 continue
             old_topic, new_topic = ref.resolve(old_app), ref.resolve(new_app)
             ranges: dict[int, tuple[int, int]] = {}
+            reader = new_readers.get(new_topic)
             for p in range(partitions.get(old_topic, 0)):
                 end = facts.repartition_end.get((old_topic, p), 0)
                 begin = facts.repartition_start.get((old_topic, p), 0)
-                reader = new_readers.get(new_topic)
-                commit = None if reader is None else by_task.get(str(TaskId(reader, p)))
-                done = None if commit is None else commit.source_offsets.get(f"{old_topic}:{p}")
-                first = max(begin, int(done) if done is not None else begin)
+                done = _marked(by_task, reader, f"{old_topic}:{p}")
+                first = max(begin, done if done is not None else begin)
                 if end > first:
                     ranges[p] = (first, end)
             if not ranges:
@@ -249,5 +248,23 @@ def _carried(
                     "the grouping's name"
                 )
             last = facts.last_batch if facts.last_batch is not None else -1
-            carried.append(CarriedTopic(old_topic, new_topic, last, ranges))
+            width = partitions.get(new_topic, 0)
+            fan_out = width if width != partitions.get(old_topic, 0) else None
+            carried.append(CarriedTopic(old_topic, new_topic, last, ranges, fan_out))
     return carried
+
+
+def _marked(by_task: Mapping[str, OldCommit], reader: int | None, tp: str) -> int | None:
+    """Where the new reader tasks' migrated markers put ``tp`` of an old repartition topic:
+    task ``p``'s for partition ``p``, or every task's when the state was re-keyed (each new
+    task carries every old partition's offset). The lowest: no record is skipped."""
+    if reader is None:
+        return None
+    marked = [
+        int(c.source_offsets[tp])
+        for c in by_task.values()
+        if c.batch_id is not None
+        and TaskId.parse(c.task_id).subtopology == reader
+        and tp in c.source_offsets
+    ]
+    return min(marked, default=None)

@@ -19,7 +19,7 @@ or in a loop.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -32,6 +32,7 @@ from statekeeper.migration.functions import (
     migrated_entries,
 )
 from statekeeper.migration.old_state import StorageOpener, committed_batch, old_task_state
+from statekeeper.migration.rekey_plan import Rekey
 from statekeeper.migration.store_plan import StoreAction, StoreStep
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.environment import StateEnvironment
@@ -61,6 +62,11 @@ class MigrationJob:
     #: The old version's repartition topics: their offsets are carried too, so the new
     #: task skips the old records it committed when it reads the rest (the takeover).
     old_repartition_topics: frozenset[str] = frozenset()
+    #: Subtopologies whose state moves across tasks (their task count changed).
+    rekeyed: tuple[Rekey, ...] = ()
+
+    def rekey_of(self, subtopology: int) -> Rekey | None:
+        return next((r for r in self.rekeyed if r.subtopology == subtopology), None)
 
     def step(self, store: str) -> StoreStep:
         return next(s for s in self.steps if s.store == store)
@@ -122,7 +128,6 @@ def migrate_task(
     one of its own, closed after)."""
     started = time.perf_counter()
     tid = TaskId.parse(task_id)
-    new_specs = job.new_topology.store_specs(tid.subtopology)
     old_specs = carried_specs(job, tid.subtopology)
     with old_task_state(
         job.old_settings,
@@ -132,14 +137,8 @@ def migrate_task(
         storage=storage,
         scratch_root=scratch_root,
     ) as old:
-        batch_id, offsets, behind = committed_batch(old)
-        if behind:
-            raise MigrationError(
-                f"task {task_id} of {job.old_settings.application_id}: stores {behind} are "
-                f"not at batch {batch_id} like the others (a commit cut short between its "
-                "markers): start the old version once, which settles it, then migrate"
-            )
-        if batch_id is None or batch_id < 0:  # -1: a revert's marker, nothing committed
+        batch_id = settled_batch(job, task_id, old)
+        if batch_id is None:
             return TaskMigration(
                 task_id,
                 None,
@@ -147,39 +146,72 @@ def migrate_task(
                 if old_specs
                 else "no store of the old task is carried: it starts empty",
             )
-        carried = job.carried_offsets(offsets)
-        result = TaskMigration(task_id, batch_id, carried, read_from=_read_from(old))
-        own_env = env is None
-        task_env = StateEnvironment(job.new_settings) if env is None else env
-        try:
-            new = task_env.task(task_id, tid.partition, new_specs)
-            new.open()
-            try:
-                if (new.last_batch_id, new.committed_offsets) == (batch_id, carried):
-                    # A job that died after this task: it is done already.
-                    result.note = f"migrated already (batch {batch_id}): left as it is"
-                    result.read_from = {}
-                    return result
-                if new.last_batch_id is not None and new.last_batch_id >= 0:
-                    # (-1: a migration that died before its commit, reverted by this open)
-                    raise MigrationError(
-                        f"task {task_id} of {job.new_settings.application_id} has committed "
-                        f"state already (batch {new.last_batch_id}): migrate writes a new "
-                        "application id's first state; delete that app's state and changelogs "
-                        "to migrate again"
-                    )
-                for spec in new_specs:
-                    result.stores[spec.name] = _write_store(job, old, new, spec)
-                new.commit(batch_id, carried)
-                if job.snapshot:
-                    result.snapshots = _snapshot(job, new)
-            finally:
-                new.close()
-        finally:
-            if own_env:
-                task_env.close()
+        carried = job.carried_offsets(committed_batch(old)[1])
+        result = TaskMigration(task_id, batch_id, carried, read_from=read_from(old))
+        write_task(job, result, lambda new, spec: _write_store(job, old, new, spec), env)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def settled_batch(job: MigrationJob, task_id: str, old: Any) -> int | None:
+    """The batch the old task's stores committed last (None: it never committed); raises
+    when its stores disagree (a commit cut short between its markers)."""
+    batch_id, _, behind = committed_batch(old)
+    if behind:
+        raise MigrationError(
+            f"task {task_id} of {job.old_settings.application_id}: stores {behind} are "
+            f"not at batch {batch_id} like the others (a commit cut short between its "
+            "markers): start the old version once, which settles it, then migrate"
+        )
+    if batch_id is None or batch_id < 0:  # -1: a revert's marker, nothing committed
+        return None
+    return batch_id
+
+
+#: ``fill(new_task, spec) -> counts``: writes one store of the new task.
+Fill = Callable[[Any, Any], StoreCounts]
+
+
+def write_task(
+    job: MigrationJob, result: TaskMigration, fill: Fill, env: StateEnvironment | None
+) -> None:
+    """Open the new version's task ``result.task_id``, write each of its stores with
+    ``fill``, commit at ``result.batch_id`` and ``result.source_offsets`` (the old commit's)
+    and snapshot it (``job.snapshot``); ``result`` gets the counts and snapshot ids. A task
+    committed there already (a job that died after it) is left as it is."""
+    tid = TaskId.parse(result.task_id)
+    new_specs = job.new_topology.store_specs(tid.subtopology)
+    batch_id, carried = result.batch_id, result.source_offsets
+    assert batch_id is not None
+    own_env = env is None
+    task_env = StateEnvironment(job.new_settings) if env is None else env
+    try:
+        new = task_env.task(result.task_id, tid.partition, new_specs)
+        new.open()
+        try:
+            if (new.last_batch_id, new.committed_offsets) == (batch_id, carried):
+                # A job that died after this task: it is done already.
+                result.note = f"migrated already (batch {batch_id}): left as it is"
+                result.read_from = {}
+                return
+            if new.last_batch_id is not None and new.last_batch_id >= 0:
+                # (-1: a migration that died before its commit, reverted by this open)
+                raise MigrationError(
+                    f"task {result.task_id} of {job.new_settings.application_id} has "
+                    f"committed state already (batch {new.last_batch_id}): migrate writes a "
+                    "new application id's first state; delete that app's state and "
+                    "changelogs to migrate again"
+                )
+            for spec in new_specs:
+                result.stores[spec.name] = fill(new, spec)
+            new.commit(batch_id, carried)
+            if job.snapshot:
+                result.snapshots = _snapshot(job, new)
+        finally:
+            new.close()
+    finally:
+        if own_env:
+            task_env.close()
 
 
 def carried_specs(job: MigrationJob, subtopology: int) -> list[Any]:
@@ -190,7 +222,9 @@ def carried_specs(job: MigrationJob, subtopology: int) -> list[Any]:
     return [spec for spec in job.old_topology.store_specs(subtopology) if spec.name in carried]
 
 
-def _read_from(old: Any) -> dict[str, str]:
+def read_from(old: Any) -> dict[str, str]:
+    """Per store of an opened old task, where its state came from: ``snapshot <id>`` (then
+    the changelog tail) or ``changelog``."""
     found = {}
     for slot in old.slots:
         install = old.installs.get(slot.spec.name) or {}
@@ -202,32 +236,42 @@ def _read_from(old: Any) -> dict[str, str]:
 
 
 def _write_store(job: MigrationJob, old: Any, new: Any, spec: Any) -> StoreCounts:
-    step = job.step(spec.name)
     counts = StoreCounts()
-    if step.action is StoreAction.EMPTY:
+    if job.step(spec.name).action is StoreAction.EMPTY:
         return counts
-    source, target = old.store(spec.name), new.store(spec.name)
-    entries = store_entries(source)
-    if step.action is StoreAction.MIGRATE:
-        migration = job.migrations.get(spec.name)
+    write_entries(new.store(spec.name), migrated_store(job, old, spec.name, counts), counts)
+    return counts
+
+
+def migrated_store(
+    job: MigrationJob, old: Any, store: str, counts: StoreCounts
+) -> Iterator[tuple[Any, Any]]:
+    """The old task's entries of a copied or migrated ``store`` as the new version holds
+    them (the store's migration applied), counting reads and drops into ``counts``."""
+    entries = store_entries(old.store(store))
+    if job.step(store).action is StoreAction.MIGRATE:
+        migration = job.migrations.get(store)
         if migration is None:  # store_steps only says migrate when one is declared
-            raise MigrationError(f"store {spec.name}: no migration function given")
-        entries = migrated_entries(migration, entries, counts)
-    else:
-        entries = _counted(entries, counts)
+            raise MigrationError(f"store {store}: no migration function given")
+        return migrated_entries(migration, entries, counts)
+    return _counted(entries, counts)
+
+
+def write_entries(target: Any, entries: Iterable[tuple[Any, Any]], counts: StoreCounts) -> None:
+    """Write ``entries`` into a new store (a window store's keys are ``(key, start)``),
+    counting what was written and what fell past a window store's retention (dropped)."""
     if isinstance(target, WindowStore):
         for (key, window_start), value in entries:
             if target.put(key, value, window_start):
                 counts.written += 1
             else:  # past the new store's retention
                 counts.dropped += 1
-        return counts
+        return
     assert isinstance(target, KeyValueStore)
     iterator = iter(entries)
     while chunk := list(islice(iterator, WRITE_CHUNK)):
         target.put_all(chunk)
         counts.written += len(chunk)
-    return counts
 
 
 def store_entries(store: Any) -> Iterator[tuple[Any, Any]]:

@@ -18,10 +18,13 @@ BatchRole = Literal["stateless", "aggregate"] | None
 
 @dataclass(frozen=True)
 class TopicRef:
-    """A topic a node reads or writes; repartition topics are named ``<app>-<name>-repartition``."""
+    """A topic a node reads or writes; repartition topics are named ``<app>-<name>-repartition``.
+    ``partitions``: a repartition topic's partition count when the topology sets it (else it
+    follows the writing subtopology's inputs)."""
 
     name: str
     repartition: bool = False
+    partitions: int | None = None
 
     def resolve(self, application_id: str) -> str:
         return f"{application_id}-{self.name}-repartition" if self.repartition else self.name

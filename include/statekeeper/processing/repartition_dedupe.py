@@ -71,3 +71,10 @@ class RepartitionDedupe:
         for task, (batch, seq) in last.items():
             self.positions[prefix + task.decode()] = (batch, seq, epochs.get(task, 0))
         return kept, duplicates
+
+
+def scoped_topic(topic: str, partition: int) -> str:
+    """The dedupe name of one partition of ``topic`` (``topic[3]``; ``[`` is not legal in a
+    topic name): a task reading several partitions of a topic, each filtered from another
+    upstream position, keeps a position per partition (a migration's re-keyed takeover)."""
+    return f"{topic}[{partition}]"

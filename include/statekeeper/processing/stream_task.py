@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from statekeeper.kafka.model import KafkaRecord
+from statekeeper.kafka.partitioning import partition_for_key
 from statekeeper.processing.dlq import DESERIALIZATION, classify, dlq_topic, is_fatal
 from statekeeper.processing.errors import TopologyError
 from statekeeper.processing.nodes import ProcessorNode, SinkNode, SourceNode
@@ -31,10 +32,10 @@ from statekeeper.processing.processors.sink import SinkProcessor
 from statekeeper.processing.processors.suppress import SuppressionBuffer
 from statekeeper.processing.punctuation import Punctuations
 from statekeeper.processing.record_order import merge_by_timestamp, unprocessed
-from statekeeper.processing.repartition_dedupe import RepartitionDedupe
+from statekeeper.processing.repartition_dedupe import RepartitionDedupe, scoped_topic
 from statekeeper.processing.task_context import RuntimeNode, TaskContext
 from statekeeper.processing.task_state_store import TaskState
-from statekeeper.processing.topology import Topology, task_id
+from statekeeper.processing.topology import CarriedInput, Topology, task_id
 from statekeeper.processing.vectorized import VectorizedChain, deserializer
 from statekeeper.stores.serdes import serde_for
 
@@ -72,6 +73,19 @@ class _Source:
         self.key_de = deserializer(node.key_serde)
         self.value_de = deserializer(node.value_serde)
         self.node = rt
+
+
+def _routed_to(
+    records: Sequence[KafkaRecord], partition: int, partitions: int, old_partition: int
+) -> list[KafkaRecord]:
+    """The records whose key the new task ``partition`` (of ``partitions``) holds, as its
+    repartition topic routes keys (a record without a key: by its old partition)."""
+    return [
+        r
+        for r in records
+        if (old_partition % partitions if r.key is None else partition_for_key(r.key, partitions))
+        == partition
+    ]
 
 
 def _of_committed_batches(records: Sequence[KafkaRecord], max_batch: int) -> list[KafkaRecord]:
@@ -149,12 +163,12 @@ class StreamTask:
                 source_nodes[topic] = (node, self._runtime[name])
         # A new version taking over reads an old version's repartition topic once, into the
         # source node of its own (statekeeper.versions.takeover).
-        self._carried: dict[str, int] = {}
+        self._carried: dict[str, CarriedInput] = {}
         for old_topic, carried in getattr(topology, "carried_inputs", {}).items():
             if carried.new_topic in source_nodes:
                 node, rt = source_nodes[carried.new_topic]
                 self._sources[old_topic] = _Source(old_topic, True, node, rt)
-                self._carried[old_topic] = carried.max_batch
+                self._carried[old_topic] = carried
         self._vector: VectorizedChain | None = None
         if vectorize and sub.vector_chain:
             chain = [topology.nodes[n] for n in sub.vector_chain]
@@ -210,13 +224,19 @@ class StreamTask:
             result.records_read += len(recs)
             todo = unprocessed(recs, processed_offsets.get(tp))
             result.records_skipped += len(recs) - len(todo)
-            if source.topic in self._carried and todo:
+            dedupe_topic = source.topic
+            carried = self._carried.get(source.topic)
+            if carried is not None and todo:
                 before = len(todo)
-                todo = _of_committed_batches(todo, self._carried[source.topic])
+                todo = _of_committed_batches(todo, carried.max_batch)
+                if carried.partitions is not None:  # re-keyed: this task's keys only
+                    old_partition = int(tp.rpartition(":")[2])
+                    todo = _routed_to(todo, self.partition, carried.partitions, old_partition)
+                    dedupe_topic = scoped_topic(source.topic, old_partition)
                 result.records_skipped += before - len(todo)
             if source.repartition and todo:
                 fenced_before = self._dedupe.fenced
-                todo, duplicates = self._dedupe.filter(source.topic, todo)
+                todo, duplicates = self._dedupe.filter(dedupe_topic, todo)
                 result.records_fenced += self._dedupe.fenced - fenced_before
                 result.records_deduplicated += duplicates
                 result.records_skipped += duplicates
@@ -258,10 +278,15 @@ class StreamTask:
         result.elapsed = time.perf_counter() - started
         return result
 
+    def _fanned_out(self, topic: str) -> bool:
+        carried = self._carried.get(topic)
+        return carried is not None and carried.partitions is not None
+
     def _source_for(self, tp: str) -> _Source:
         topic, _, partition = tp.rpartition(":")
         source = self._sources.get(topic)
-        if source is None or partition != str(self.partition):
+        fanned_out = source is not None and self._fanned_out(topic)
+        if source is None or (partition != str(self.partition) and not fanned_out):
             raise TopologyError(
                 f"task {self.task_id} got records of {tp!r}; it reads partition "
                 f"{self.partition} of {sorted(self._sources)}"

@@ -73,3 +73,32 @@ class TaskState:
             changes.sort(key=lambda kv: kv[0])
             self.store.put_all(changes)
         self._saved = snap
+
+
+def merged_task_state(
+    states: dict[int, list[tuple[str, Any]]], scoped_topics: frozenset[str]
+) -> list[tuple[str, Any]]:
+    """One task's internal state from several old tasks' (``partition -> entries``), for a
+    migration that re-keys their state into new tasks (statekeeper.migration.rekey): the
+    newest stream time, the earliest next time of each punctuation (none is skipped), and
+    each old task's dedupe positions of ``scoped_topics`` (the old repartition topics the new
+    task reads once) under the old partition's scoped name
+    (:func:`statekeeper.processing.repartition_dedupe.scoped_topic`): a position holds for
+    the records of one partition, and the new task reads every old partition."""
+    from statekeeper.processing.repartition_dedupe import scoped_topic
+
+    merged: dict[str, Any] = {}
+    for partition, entries in sorted(states.items()):
+        for key, value in entries:
+            if key == _STREAM_TIME:
+                merged[key] = max(int(value), int(merged.get(key, NO_TIME)))
+            elif key.startswith(_PUNCTUATION):
+                merged[key] = min(int(value), int(merged.get(key, value)))
+            elif key.startswith(_DEDUPE):
+                topic, _, upstream = key[len(_DEDUPE) :].partition("|")
+                if topic in scoped_topics:
+                    topic = scoped_topic(topic, partition)
+                merged[f"{_DEDUPE}{topic}|{upstream}"] = value
+            else:
+                merged[key] = value
+    return sorted(merged.items())

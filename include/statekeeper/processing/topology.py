@@ -36,10 +36,13 @@ def task_id(subtopology_id: int, partition: int) -> str:
 class CarriedInput:
     """An old version's repartition topic a new version reads once when it takes over
     (:mod:`statekeeper.versions.takeover`): as if from ``new_topic``, and only records of
-    the old version's committed micro-batches (``sk.batch`` at most ``max_batch``)."""
+    the old version's committed micro-batches (``sk.batch`` at most ``max_batch``).
+    ``partitions``: the new topic's partition count when the state was re-keyed: the task
+    reads every old partition and keeps the records whose key it holds."""
 
     new_topic: str
     max_batch: int
+    partitions: int | None = None
 
 
 @dataclass
@@ -164,9 +167,10 @@ class Topology:
     def repartition_partitions(
         self, application_id: str, partitions: dict[str, int]
     ) -> dict[str, int]:
-        """Partition count for each repartition topic, as Kafka Streams picks it: the count of
-        a co-partitioned external topic if there is one, else the max over the inputs of the
-        writing subtopology (chained repartitions resolved in order)."""
+        """Partition count for each repartition topic, as Kafka Streams picks it: the count
+        the topology sets (``Grouped.with_partitions``), else the count of a co-partitioned
+        external topic if there is one, else the max over the inputs of the writing
+        subtopology (chained repartitions resolved in order)."""
         known = dict(partitions)
         result: dict[str, int] = {}
         for sub in self.subtopologies:  # writers come before readers
@@ -175,12 +179,18 @@ class Topology:
             for ref in sub.sink_refs:
                 if ref.repartition:
                     topic = ref.resolve(application_id)
-                    result[topic] = known.setdefault(topic, width)
+                    result[topic] = known.setdefault(topic, ref.partitions or width)
+        explicit = {
+            ref.resolve(application_id)
+            for sub in self.subtopologies
+            for ref in sub.sink_refs
+            if ref.repartition and ref.partitions
+        }
         for group in self.copartition_groups(application_id):
             external = [partitions[t] for t in group if t in partitions]
             if external:
                 for topic in group:
-                    if topic in result:
+                    if topic in result and topic not in explicit:  # a set count is checked
                         result[topic] = external[0]
         return result
 

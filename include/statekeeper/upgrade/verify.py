@@ -27,8 +27,11 @@ from typing import Any
 
 from statekeeper.migration.functions import StoreCounts, migrated_entries
 from statekeeper.migration.old_state import committed_batch, old_task_state
+from statekeeper.migration.rekey import router
+from statekeeper.migration.rekey_plan import Rekey
 from statekeeper.migration.store_plan import StoreAction
 from statekeeper.migration.task import MigrationJob, carried_specs, store_entries
+from statekeeper.processing.task_state_store import merged_task_state
 from statekeeper.state.task_id import TaskId
 from statekeeper.versions.fingerprint import STORE_PREFIX as TASK_STATE_PREFIX
 
@@ -120,39 +123,114 @@ def verify_migration(
     log ends of their inputs (``topic:partition`` -> end) instead of by the migration's
     commit, and leave the internal task-state stores out (stream time, punctuation times,
     dedupe positions: each version's bookkeeping of its own topics, which a version that ran
-    on keeps apart from the other's)."""
+    on keeps apart from the other's). A re-keyed subtopology's old tasks are read together
+    and each key is expected in the new task its key routes to."""
     report = VerifyReport()
-    for task_id in task_ids:
-        report.tasks.append(_verify_task(job, task_id, scratch_root, compare or {}, ends))
+    regrouped: dict[int, Mapping[int, _OldSide]] = {}
+    for task_id in sorted(task_ids, key=TaskId.parse):
+        tid = TaskId.parse(task_id)
+        rekey = job.rekey_of(tid.subtopology)
+        if rekey is None:
+            old = _old_side(job, task_id, scratch_root)
+        else:
+            if tid.subtopology not in regrouped:
+                regrouped[tid.subtopology] = _rekeyed_old_sides(job, rekey, scratch_root)
+            old = regrouped[tid.subtopology][tid.partition]
+        report.tasks.append(_verify_task(job, task_id, old, scratch_root, compare or {}, ends))
     return report
+
+
+@dataclass
+class _OldSide:
+    """What one new task should hold: the old commit(s) it continues (``batch`` None: none)
+    and per store the old entries (``before``) and the entries the migration gives
+    (``expected``)."""
+
+    batch: int | None
+    offsets: dict[str, int]
+    before: dict[str, dict[Any, Any]] = field(default_factory=dict)
+    expected: dict[str, dict[Any, Any]] = field(default_factory=dict)
+
+
+def _old_side(job: MigrationJob, task_id: str, scratch_root: Path | None) -> _OldSide:
+    tid = TaskId.parse(task_id)
+    specs = carried_specs(job, tid.subtopology)
+    if not specs:
+        return _OldSide(None, {})
+    with old_task_state(
+        job.old_settings, task_id, tid.partition, specs, scratch_root=scratch_root
+    ) as old:
+        batch, offsets, _ = committed_batch(old)
+        side = _OldSide(batch, offsets)
+        if batch is not None:
+            for spec in specs:
+                side.before[spec.name] = before = dict(store_entries(old.store(spec.name)))
+                side.expected[spec.name] = _migrated(job, spec.name, before)
+    return side
+
+
+def _rekeyed_old_sides(
+    job: MigrationJob, rekey: Rekey, scratch_root: Path | None
+) -> dict[int, _OldSide]:
+    """Per new task of a re-keyed subtopology, what it should hold: every old task read,
+    its entries migrated and routed by key, the commits merged (the newest batch, every
+    offset), the task state merged."""
+    sub = rekey.subtopology
+    sides = {p: _OldSide(None, {}) for p in range(rekey.new_tasks)}
+    states: dict[int, list[tuple[str, Any]]] = {}
+    for q in range(rekey.old_tasks):
+        old = _old_side(job, str(TaskId(sub, q)), scratch_root)
+        if old.batch is None:
+            continue
+        for side in sides.values():
+            side.batch = max(old.batch, -1 if side.batch is None else side.batch)
+            side.offsets.update(old.offsets)
+        for store, expected in old.expected.items():
+            if store.startswith(TASK_STATE_PREFIX):
+                states[q] = list(expected.items())
+                continue
+            route = router(job, sub, store, rekey.new_tasks)
+            for key, value in expected.items():
+                side = sides[route(key)]
+                side.expected.setdefault(store, {})[key] = value
+                if key in old.before[store]:
+                    side.before.setdefault(store, {})[key] = old.before[store][key]
+    for spec in carried_specs(job, sub):
+        for side in sides.values():
+            side.expected.setdefault(spec.name, {})
+            side.before.setdefault(spec.name, {})
+            if spec.name.startswith(TASK_STATE_PREFIX):
+                merged = dict(merged_task_state(states, job.old_repartition_topics))
+                side.expected[spec.name] = side.before[spec.name] = merged
+    return sides
+
+
+def _migrated(job: MigrationJob, store: str, before: dict[Any, Any]) -> dict[Any, Any]:
+    if job.step(store).action is StoreAction.MIGRATE:
+        return dict(migrated_entries(job.migrations[store], before.items(), StoreCounts()))
+    return dict(before)
 
 
 def _verify_task(
     job: MigrationJob,
     task_id: str,
+    old: _OldSide,
     scratch_root: Path | None,
     compare: Mapping[str, Compare],
     ends: Mapping[str, int] | None,
 ) -> TaskDiff:
     tid = TaskId.parse(task_id)
     new_specs = job.new_topology.store_specs(tid.subtopology)
-    old_specs = carried_specs(job, tid.subtopology)
-    with (
-        old_task_state(
-            job.old_settings, task_id, tid.partition, old_specs, scratch_root=scratch_root
-        ) as old,
-        old_task_state(
-            job.new_settings, task_id, tid.partition, new_specs, scratch_root=scratch_root
-        ) as new,
-    ):
-        old_batch, old_offsets, _ = committed_batch(old) if old_specs else (None, {}, [])
+    with old_task_state(
+        job.new_settings, task_id, tid.partition, new_specs, scratch_root=scratch_root
+    ) as new:
         new_batch, new_offsets, _ = committed_batch(new)
-        carried = job.carried_offsets(old_offsets)
+        carried = job.carried_offsets(old.offsets)
         if ends is None:
-            aligned = (old_batch, carried) == (new_batch, new_offsets) or (
-                old_batch is None and new_batch is None
+            aligned = (old.batch, carried) == (new_batch, new_offsets) or (
+                old.batch is None and new_batch is None
             )
-            positions = f"old batch {old_batch} {carried}; new batch {new_batch} {new_offsets}"
+            positions = f"old batch {old.batch} {carried}; new batch {new_batch} {new_offsets}"
         else:
             own = {
                 tp: o
@@ -161,7 +239,7 @@ def _verify_task(
             }
             behind = [
                 f"{version} {tp} at {o} of {ends.get(tp)}"
-                for version, offsets in (("old", old_offsets), ("new", own))
+                for version, offsets in (("old", old.offsets), ("new", own))
                 for tp, o in sorted(offsets.items())
                 if o != ends.get(tp)
             ]
@@ -170,28 +248,26 @@ def _verify_task(
         for spec in new_specs:
             if ends is not None and spec.name.startswith(TASK_STATE_PREFIX):
                 continue
+            step = job.step(spec.name)
+            carried_store = old.batch is not None and step.action in (
+                StoreAction.COPY,
+                StoreAction.MIGRATE,
+            )
             diff.stores[spec.name] = _store_diff(
-                job, spec.name, old, new, old_batch, compare.get(spec.name)
+                old.before.get(spec.name, {}) if carried_store else {},
+                old.expected.get(spec.name, {}) if carried_store else {},
+                dict(store_entries(new.store(spec.name))),
+                compare.get(spec.name),
             )
     return diff
 
 
 def _store_diff(
-    job: MigrationJob,
-    store: str,
-    old: Any,
-    new: Any,
-    old_batch: Any,
+    before: dict[Any, Any],
+    expected: dict[Any, Any],
+    actual: dict[Any, Any],
     expected_difference: Compare | None = None,
 ) -> StoreDiff:
-    step = job.step(store)
-    carried = old_batch is not None and step.action in (StoreAction.COPY, StoreAction.MIGRATE)
-    before = dict(store_entries(old.store(store))) if carried else {}
-    if step.action is StoreAction.MIGRATE and carried:
-        expected = dict(migrated_entries(job.migrations[store], before.items(), StoreCounts()))
-    else:
-        expected = dict(before) if carried else {}
-    actual = dict(store_entries(new.store(store)))
     diff = StoreDiff()
     for key in expected.keys() | actual.keys():
         if key in expected and key in actual and expected[key] == actual[key]:

@@ -52,12 +52,16 @@ class CarriedTopic:
     ``ranges`` per partition ``[start, end)``: from the lowest offset the new downstream
     tasks' migrated markers did not cover to the topic's end when the takeover was planned.
     ``max_batch``: the old version's last committed micro-batch; records of later batches
-    are dropped."""
+    are dropped. ``fan_out``: the new topic's partition count when it differs from the old
+    one's (the state was re-keyed, :mod:`statekeeper.migration.rekey`): every old partition
+    goes to every new task, which keeps the records whose key it holds; None otherwise (old
+    partition ``p`` goes to task ``p``)."""
 
     old_topic: str
     new_topic: str
     max_batch: int
     ranges: dict[int, tuple[int, int]]
+    fan_out: int | None = None
 
     def offset_ranges(self) -> list[OffsetRange]:
         return [
@@ -98,6 +102,10 @@ class Takeover:
     def carried_ranges(self) -> list[OffsetRange]:
         return [r for c in self.carried for r in c.offset_ranges()]
 
+    def fan_out(self, topic: str) -> int | None:
+        """How many new tasks an old carried topic's ranges go to (None: one each)."""
+        return next((c.fan_out for c in self.carried if c.old_topic == topic), None)
+
     def alias(self, topic: str) -> str:
         """The new topic an old carried topic feeds (``topic`` itself otherwise)."""
         for c in self.carried:
@@ -120,6 +128,7 @@ class Takeover:
                     "new_topic": c.new_topic,
                     "max_batch": c.max_batch,
                     "ranges": {str(p): list(r) for p, r in sorted(c.ranges.items())},
+                    "fan_out": c.fan_out,
                 }
                 for c in self.carried
             ],
@@ -144,6 +153,7 @@ class Takeover:
                         str(c["new_topic"]),
                         int(c["max_batch"]),
                         {int(p): (int(r[0]), int(r[1])) for p, r in c["ranges"].items()},
+                        None if c.get("fan_out") is None else int(c["fan_out"]),
                     )
                     for c in data["carried"]
                 ),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statekeeper.processing.dsl.materialized import Materialized, materialized_or_default
+from statekeeper.processing.errors import TopologyError
 from statekeeper.processing.nodes import Op, SerdeRef
 from statekeeper.processing.processors.aggregate import Aggregation, KStreamAggregateOp
 from statekeeper.processing.processors.window_aggregate import WindowAggregateOp
@@ -28,6 +29,10 @@ class Grouped:
     name: str | None = None
     key_serde: SerdeRef | None = None
     value_serde: SerdeRef | None = None
+    #: The repartition topic's partition count (Kafka Streams' ``Repartitioned``): None
+    #: follows the upstream inputs. Changing it moves keys to other tasks: an upgrade's
+    #: migration re-keys the state (docs/changing-apps.md).
+    partitions: int | None = None
 
     @classmethod
     def as_(cls, name: str) -> Grouped:
@@ -45,6 +50,11 @@ class Grouped:
 
     def with_value_serde(self, serde: SerdeRef) -> Grouped:
         return dataclasses.replace(self, value_serde=serde)
+
+    def with_partitions(self, partitions: int) -> Grouped:
+        if not isinstance(partitions, int) or partitions < 1:
+            raise TopologyError(f"a repartition topic needs >= 1 partitions, got {partitions!r}")
+        return dataclasses.replace(self, partitions=partitions)
 
 
 def grouped_or_default(grouped: Grouped | str | None) -> Grouped:
@@ -149,7 +159,12 @@ class KGroupedStream(_Aggregations):
             node = self._stream._node
             if self._repartition:
                 node = self._builder._repartition(
-                    node, self._grouped.name or store_name, key, value, key_required=True
+                    node,
+                    self._grouped.name or store_name,
+                    key,
+                    value,
+                    key_required=True,
+                    partitions=self._grouped.partitions,
                 )
             self._input = (node, key, value)
         return self._input

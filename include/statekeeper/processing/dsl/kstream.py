@@ -180,7 +180,9 @@ class KStream:
         key = g.key_serde or self._key_serde or b.default_key_serde
         value = g.value_serde or self._value_serde or b.default_value_serde
         topic = g.name or b._generated_name("KSTREAM-REPARTITION")
-        source = b._repartition(self._node, topic, key, value, key_required=False)
+        source = b._repartition(
+            self._node, topic, key, value, key_required=False, partitions=g.partitions
+        )
         return KStream(b, source, key, value)
 
     # -- joins -----------------------------------------------------------------------------

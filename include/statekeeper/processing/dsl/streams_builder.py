@@ -158,10 +158,11 @@ class StreamsBuilder:
 
     def _repartition(
         self, parent: str, name: str, key_serde: SerdeRef, value_serde: SerdeRef, *,
-        key_required: bool,
+        key_required: bool, partitions: int | None = None,
     ) -> str:  # fmt: skip
-        """Sink to and source from ``<app>-<name>-repartition``; returns the source node."""
-        topic = TopicRef(self._check_topic(name), repartition=True)
+        """Sink to and source from ``<app>-<name>-repartition`` (``partitions``: its count,
+        when set); returns the source node."""
+        topic = TopicRef(self._check_topic(name), repartition=True, partitions=partitions)
         if any(isinstance(n, SinkNode) and n.topic == topic for n in self._nodes.values()):
             raise TopologyError(
                 f"repartition topic {topic} already exists; give the grouping another name"
