@@ -523,3 +523,64 @@ def test_the_new_app_resumes_from_the_markers_offsets_without_its_own_spark_chec
         MigrationError, match=f"task 0_0 of {new_app} has committed state already \\(batch 0\\)"
     ):
         migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
+
+
+def test_backfill_store_fills_a_new_store_from_history_once(
+    broker, admin, topic_name, tmp_path, capsys
+) -> None:
+    """v2 adds the store ``lengths``: the migration leaves it empty; ``backfill --store
+    lengths`` re-runs the subtopology over each task's input up to its commit and writes
+    only that store: total line length per key over the whole input, the other stores as
+    migrated, the commit where it was. A second run leaves it; a store with entries of its
+    own is refused."""
+    ensure_topic(admin, topic_name, PARTITIONS)
+    old_app, new_app = (f"fill-{v}-{uuid.uuid4().hex[:6]}" for v in ("v1", "v2"))
+    v1_path, v2_path = _write_specs(tmp_path / "app", topic_name, old_app, new_app)
+    v1_spec, v2_spec = load_app_spec(v1_path), load_app_spec(v2_path)
+    v1_settings = _settings(broker, tmp_path / "state", old_app)
+    v2_settings = _settings(broker, tmp_path / "state", new_app)
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    lengths: list[Counter[str]] = [Counter() for _ in range(PARTITIONS)]
+    counts: list[Counter[str]] = [Counter() for _ in range(PARTITIONS)]
+    for i in range(90):
+        word, partition, line = f"w{i % 9}", i % PARTITIONS, "x" * (i % 7 + 1)
+        producer.produce(topic_name, line.encode(), word.encode(), partition=partition)
+        lengths[partition][word] += len(line)
+        counts[partition][word] += 1
+    assert producer.flush(15) == 0
+    ends = [sum(c.values()) for c in counts]
+    v1 = v1_spec.build_topology()
+    prepare_topics(admin, v1, old_app, 30.0)
+    _run_v1(v1_settings, v1, topic_name, 3, [(0, end) for end in ends])
+    close_worker_services()
+    migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
+    common = ["--bootstrap", broker.bootstrap_servers, "--set", f"state_dir={tmp_path / 'state'}"]
+    common += ["--set", f"checkpoint_dir={tmp_path / 'ckpt'}"]
+
+    argv = ["backfill", "--app", str(v2_path), "--store", "lengths", "--json", *common]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["records"] == sum(ends) and report["entries"] == 2 * 9  # 9 words a task
+    assert all(t["snapshots"] and t["batch_id"] == 3 for t in report["tasks"])
+    v2 = v2_spec.build_topology()
+    for p in range(PARTITIONS):
+        stores, batch, offsets = _read_back(
+            v2_settings.model_copy(update={"state_dir": tmp_path / "fresh"}), v2, f"0_{p}"
+        )
+        assert stores["lengths"] == dict(lengths[p])
+        assert stores["counts"] == {w: {"count": n, "from": "v1"} for w, n in counts[p].items()}
+        assert (batch, offsets) == (3, {f"{topic_name}:{p}": ends[p]})
+
+    # Again: filled already, nothing written.
+    assert main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["entries"] == 0
+    assert {t["note"] for t in again["tasks"]} == {"filled already (batch 3): left as it is"}
+    # A store the app wrote itself is not a fill's to replace.
+    code = main(["backfill", "--app", str(v2_path), "--store", "counts", *common])
+    err = capsys.readouterr().err
+    assert code == 2 and "store counts of task 0_0 holds entries this fill did not write" in err
+    code = main(["backfill", "--app", str(v2_path), "--store", "nope", *common])
+    assert code == 2 and "the topology has no store 'nope'" in capsys.readouterr().err
+    code = main([*argv, "--from", "earliest"])
+    assert code == 2 and "--from and --until do not apply" in capsys.readouterr().err

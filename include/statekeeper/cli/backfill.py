@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from statekeeper.cli.common import EXIT_OK, app_options, app_target, emit, int_in, subcommand
 
@@ -48,22 +49,19 @@ def add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     run.add_argument(
         "--store",
-        action="append",
         metavar="STORE",
-        help="not supported yet: a backfill runs the whole topology",
+        help="fill only this store, one the app has not written yet (a new one after a "
+        "migration), from its inputs' log start to where each task committed; no Spark, the "
+        "other stores untouched (--from and --until do not apply)",
     )
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
     from statekeeper.backfill.bounds import parse_from, parse_until
-    from statekeeper.errors import ConfigError
 
     settings, spec = app_target(args, need_spec="backfill")
     if args.store:
-        raise ConfigError(
-            f"backfill --store {args.store[0]}: not supported yet; a backfill runs the whole "
-            f"topology, every store ({DOCS})"
-        )
+        return _fill_store(args, settings, spec)
     from_spec = parse_from(args.from_)
     topology = spec.build_topology()
     until_spec = parse_until(args.until, topology.source_topics(settings.application_id))
@@ -86,5 +84,32 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
 
     progress(prepared.plan.note)
     report = run_backfill(prepared, snapshot=args.snapshot, progress=progress)
+    emit(args, report.to_dict(), report.text())
+    return EXIT_OK
+
+
+def _fill_store(args: argparse.Namespace, settings: Any, spec: Any) -> int:
+    from statekeeper.backfill.store_fill import fill_store
+    from statekeeper.errors import ConfigError
+    from statekeeper.ops.snapshot_app import running_app_status_url
+
+    if args.from_ is not None or args.until is not None:
+        raise ConfigError(
+            f"backfill --store {args.store}: --from and --until do not apply (a store is "
+            f"filled from the log start to where each task committed; {DOCS})"
+        )
+    url = running_app_status_url(settings)
+    if url is not None:
+        raise ConfigError(
+            f"app {settings.application_id} is running ({url}): stop it before a backfill"
+        )
+
+    def progress(task: Any) -> None:
+        line = task.note or f"{task.entries} entries from {task.records} records"
+        print(f"backfill {args.store}: task {task.task_id}: {line}", file=sys.stderr, flush=True)
+
+    report = fill_store(
+        settings, spec.build_topology(), args.store, snapshot=args.snapshot, progress=progress
+    )
     emit(args, report.to_dict(), report.text())
     return EXIT_OK

@@ -38,7 +38,9 @@ CASES = [
     (["--until", "{oops"], "--until: expected 'now' or JSON like"),
     (["--until", '{"clicks": {"0": 5}}'], "--until: topic 'clicks' is not a source of the app"),
     (["--until", '{"lines": {"0": "x"}}'], "--until: offset of lines[0] must be an integer >= 0"),
-    (["--store", "word-counts"], "backfill --store word-counts: not supported yet"),
+    (["--store", "word-counts"], "store word-counts is in subtopology 1, which reads repartition"),
+    (["--store", "nope"], "the topology has no store 'nope'"),
+    (["--store", "word-counts", "--until", "now"], "--from and --until do not apply"),
     (["--max-records-per-batch", "0"], "argument --max-records-per-batch: must be >= 1"),
 ]
 
