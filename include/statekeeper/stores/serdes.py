@@ -107,12 +107,23 @@ class IntSerde:
         return list(map(self.deserialize, data))
 
 
+#: One encoder for every JSON value: ``json.dumps`` with options builds a new one per call.
+_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 class JsonSerde:
     """Compact JSON with sorted keys, so equal values always have equal bytes."""
 
     def serialize(self, value: Any) -> bytes:
         try:
-            return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+            return _JSON.encode(value).encode()
+        except (TypeError, ValueError) as exc:
+            raise SerdeError(f"value is not JSON-serialisable: {exc}") from exc
+
+    def serialize_many(self, values: list[Any]) -> list[bytes]:
+        encode = _JSON.encode
+        try:
+            return [encode(v).encode() for v in values]
         except (TypeError, ValueError) as exc:
             raise SerdeError(f"value is not JSON-serialisable: {exc}") from exc
 
