@@ -44,6 +44,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,56 +99,57 @@ def _feeder(bootstrap: str, topic: str, records: list) -> Callable[[int], None]:
     return feed
 
 
-def _migrate(v1: AppUnderTest, v2: AppUnderTest, rng: random.Random, kills: list) -> dict:
-    """``upgrade cutover --local`` (the migration, its verification and the upgrade history)
-    in a child process, killed ``MIGRATE_KILLS`` times at random moments, then run to the
-    end; the migration's JSON report."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "statekeeper.cli",
-        "upgrade",
-        "cutover",
-        "--app",
-        str(v2.spec_path),
-    ]
-    cmd += ["--from", str(v1.spec_path), "--local", "--json"]
+def _statekeeper(command: list[str], app: AppUnderTest, overrides: dict[str, str]) -> list[str]:
+    cmd = [sys.executable, "-m", "statekeeper.cli", *command, "--app", str(app.spec_path)]
     for key in ("bootstrap_servers", "state_dir", "checkpoint_dir"):
-        cmd += ["--set", f"{key}={v1.overrides[key]}"]
-    # Kill moments are drawn over 0.3-4 s (a whole cut-over of these apps takes ~3-6 s, a
-    # re-run of a finished one less); an attempt that finishes first is not a kill, and
-    # attempts go on (at most three per kill) until MIGRATE_KILLS kills have landed.
+        cmd += ["--set", f"{key}={overrides[key]}"]
+    return cmd
+
+
+def _killed_then_finished(
+    stage: str, cmd: list[str], workdir: Path, rng: random.Random, kills: list, target: int
+) -> dict:
+    """``cmd`` (a statekeeper command with ``--json``) in a child process, killed ``target``
+    times at random moments, then run to the end; its JSON report. Kill moments are drawn
+    over 0.3-4 s (a whole cut-over of these apps takes ~3-6 s, a re-run of a finished one
+    less); an attempt that finishes first is not a kill, and attempts go on (at most three
+    per kill) until ``target`` kills have landed."""
     landed, attempt = 0, 0
     while True:
-        log = open(v2.workdir / f"migrate{attempt}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
-        if landed < MIGRATE_KILLS and attempt < 3 * MIGRATE_KILLS:
-            delay = rng.uniform(0.3, 4.0)
-            try:
-                proc.wait(delay)
-                outcome = f"finished before the kill (rc {proc.returncode})"
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-                outcome = "killed"
-                landed += 1
-            kills.append(
-                {
-                    "stage": "cutover",
-                    "attempt": attempt,
-                    "delay_s": round(delay, 2),
-                    "outcome": outcome,
-                }
-            )
-            attempt += 1
-            continue
-        out, _ = proc.communicate(timeout=300)
-        log.close()
-        err = (v2.workdir / f"migrate{attempt}.log").read_text()[-3000:]
-        assert proc.returncode == 0, f"cutover exited {proc.returncode}:\n{err}"
-        report = json.loads(out)
-        assert report["verify"]["ok"], report["verify"]
-        return report["migration"]
+        log_path = workdir / f"{stage}{attempt}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+            if landed < target and attempt < 3 * target:
+                delay = rng.uniform(0.3, 4.0)
+                try:
+                    proc.wait(delay)
+                    outcome = f"finished before the kill (rc {proc.returncode})"
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, 9)
+                    proc.wait()
+                    outcome = "killed"
+                    landed += 1
+                kills.append(
+                    {"stage": stage, "attempt": attempt, "delay_s": round(delay, 2)}
+                    | {"outcome": outcome}
+                )
+                attempt += 1
+                continue
+            out, _ = proc.communicate(timeout=300)
+        err = log_path.read_text()[-3000:]
+        assert proc.returncode == 0, f"{stage} exited {proc.returncode}:\n{err}"
+        return json.loads(out)
+
+
+def _migrate(v1: AppUnderTest, v2: AppUnderTest, rng: random.Random, kills: list) -> dict:
+    """``upgrade cutover --local`` (the migration, its verification and the upgrade history)
+    killed ``MIGRATE_KILLS`` times at random moments, then run to the end; the migration's
+    JSON report."""
+    cmd = _statekeeper(["upgrade", "cutover"], v2, v1.overrides)
+    cmd += ["--from", str(v1.spec_path), "--local", "--json"]
+    report = _killed_then_finished("cutover", cmd, v2.workdir, rng, kills, MIGRATE_KILLS)
+    assert report["verify"]["ok"], report["verify"]
+    return report["migration"]
 
 
 @dataclass
@@ -175,9 +177,11 @@ def _upgrade_under_kills(
     v2_params: dict[str, str],
     feed: Callable[[int], None],
     rng: random.Random,
+    fill: str | None = None,
 ) -> Upgraded:
     """The series: v1 killed ``V1_RUNS`` times (for good the last time), its migration to
-    the shipped ``v2_name`` killed ``MIGRATE_KILLS`` times then finished, v2 killed
+    the shipped ``v2_name`` killed ``MIGRATE_KILLS`` times then finished, ``backfill
+    --store fill`` (a store new in v2, filled from history) killed as often, v2 killed
     ``V2_KILLS`` times while the input's later chunks arrive, then drained. v2 is
     re-targeted like v1 and shares its state and checkpoint roots (under another
     application id)."""
@@ -193,6 +197,10 @@ def _upgrade_under_kills(
     assert takeover is not None and not takeover.extra.get("pending")
     assert report["takeover"]["batch_base"] == takeover.batch_base > 0
     print(f"takeover: {json.dumps(takeover.to_dict())}")
+    if fill is not None:
+        cmd = _statekeeper(["backfill", "--store", fill, "--json"], v2, v1.overrides)
+        filled = _killed_then_finished("fill", cmd, v2.workdir, rng, kills, MIGRATE_KILLS)
+        print(f"fill: {json.dumps(filled)}")
 
     v2.kill_at_random_moments(V2_KILLS, rng, before=lambda run: feed(V1_RUNS + run))
     kills += [{"stage": "v2", **k} for k in v2.kills]
@@ -333,7 +341,9 @@ def test_patient_monitoring_upgrade_is_exact_under_kill9(broker, tmp_path) -> No
         commit_interval_ms=2_000,
     )
     v2_params = {"input_topic": topic, **v2_topics}
-    up = _upgrade_under_kills(v1, "patient_monitoring_v2", v2_params, feed, random.Random(seed))
+    up = _upgrade_under_kills(
+        v1, "patient_monitoring_v2", v2_params, feed, random.Random(seed), "temperature-peaks"
+    )
     kills = f"kills: {json.dumps(up.kills)}"
 
     # One subtopology: v2's query starts where its tasks' floors are (from the log's start
@@ -344,8 +354,10 @@ def test_patient_monitoring_upgrade_is_exact_under_kill9(broker, tmp_path) -> No
     records = read_topic(bootstrap, topic)
     expected = pm_v2_ref.recompute(records, upgraded_at=cut)
     assert expected.temperature_peaks and expected.alerts and expected.dlq
-    # temperature-peaks started empty at the cut: v1's part of the input is not in it.
-    assert expected.temperature_peaks != pm_v2_ref.recompute(records).temperature_peaks
+    # temperature-peaks, new in v2, was filled from the input's start up to the cut: it
+    # holds what v2 would hold had it read everything (empty at the cut, it would not).
+    whole = pm_v2_ref.recompute(records).temperature_peaks
+    assert whole != expected.temperature_peaks
 
     topology = up.v2.spec.build_topology()
     stores = {
@@ -354,7 +366,7 @@ def test_patient_monitoring_upgrade_is_exact_under_kill9(broker, tmp_path) -> No
     }
     assert stores["pulse-counts"] == expected.pulse_windows, kills
     assert stores["heart-rate"] == expected.heart_rate, kills
-    assert stores["temperature-peaks"] == expected.temperature_peaks, kills
+    assert stores["temperature-peaks"] == whole, kills
 
     v1_dlq, v2_dlq = (
         _read_outputs(bootstrap, dlq_topic(app.app_id), lambda _: None) for app in (up.v1, up.v2)

@@ -11,7 +11,8 @@ commit: batch id ``B`` and source offsets ``O``, where every store of it stands)
 subtopology is re-run in a sandbox (:mod:`statekeeper.processing.sandbox_run`: unlogged
 stores, outputs dropped) over the task's source partitions from the log start up to ``O``;
 the store's entries are written to the task and committed at ``B`` and ``O`` again (the
-other stores are not touched); then the task is snapshotted (``--no-snapshot``: not). The
+other stores are not touched); then the store is snapshotted (``--no-snapshot``: not; the
+other stores' newest snapshots still hold). The
 app's next start continues from ``O`` with the store as full as the others.
 
 Crash-safe: ``<state root>/store-fills.json`` records a task as pending (at ``B``, ``O``)
@@ -203,7 +204,7 @@ def _fill_task(
         result.entries, result.dropped = _write(target, entries)
         state.commit(batch, offsets)
         if snapshot:
-            result.snapshots = _snapshot(settings, state, store)
+            result.snapshots = _snapshot(settings, state, store)  # the others' stand
     finally:
         state.close()
     result.seconds = time.perf_counter() - began
@@ -300,7 +301,7 @@ def _snapshot(settings: StatekeeperSettings, state: Any, store: str) -> list[str
     topology = None if recorded is None else recorded.to_dict()
     storage = storage_for(settings, create=True)
     with tempfile.TemporaryDirectory(prefix="statekeeper-fill-snapshot-") as staging:
-        results = snapshot_task(state, storage, Path(staging), topology=topology)
+        results = snapshot_task(state, storage, Path(staging), stores=[store], topology=topology)
     return [r.manifest.snapshot_id for r in results]
 
 
