@@ -48,12 +48,10 @@ from statekeeper.processing.sandbox_run import run_in_sandbox
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_id import TaskId
-from statekeeper.stores.typed import WindowStore
+from statekeeper.stores.typed import WindowStore, put_entries
 from statekeeper.versions.recorded import read_recorded, state_root
 
 FILLS_FILE = "store-fills.json"
-#: Entries written to the store per ``put_all``.
-CHUNK = 10_000
 
 
 @dataclass
@@ -201,7 +199,7 @@ def _fill_task(
                 batch_id=batch,
             )
         fills.mark_pending(store, task_id, batch, offsets)
-        result.entries, result.dropped = _write(target, entries)
+        result.entries, result.dropped = put_entries(target, entries)
         state.commit(batch, offsets)
         if snapshot:
             result.snapshots = _snapshot(settings, state, store)  # the others' stand
@@ -275,22 +273,6 @@ def _entries(store: Any) -> list[tuple[Any, Any]]:
     if isinstance(store, WindowStore):
         return [((key, start), value) for key, start, value in store.all()]
     return list(store.all())
-
-
-def _write(target: Any, entries: list[tuple[Any, Any]]) -> tuple[int, int]:
-    written = dropped = 0
-    if isinstance(target, WindowStore):
-        for (key, window_start), value in entries:
-            if target.put(key, value, window_start):
-                written += 1
-            else:
-                dropped += 1
-        return written, dropped
-    for i in range(0, len(entries), CHUNK):
-        chunk = entries[i : i + CHUNK]
-        target.put_all(chunk)
-        written += len(chunk)
-    return written, dropped
 
 
 def _snapshot(settings: StatekeeperSettings, state: Any, store: str) -> list[str]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +36,7 @@ from statekeeper.migration.store_plan import StoreAction, StoreStep
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_id import TaskId
-from statekeeper.stores.typed import KeyValueStore, WindowStore
-
-#: Entries written to a key-value store per ``put_all``.
-WRITE_CHUNK = 10_000
+from statekeeper.stores.typed import WindowStore, put_entries
 
 
 @dataclass(frozen=True)
@@ -258,20 +254,11 @@ def migrated_store(
 
 
 def write_entries(target: Any, entries: Iterable[tuple[Any, Any]], counts: StoreCounts) -> None:
-    """Write ``entries`` into a new store (a window store's keys are ``(key, start)``),
-    counting what was written and what fell past a window store's retention (dropped)."""
-    if isinstance(target, WindowStore):
-        for (key, window_start), value in entries:
-            if target.put(key, value, window_start):
-                counts.written += 1
-            else:  # past the new store's retention
-                counts.dropped += 1
-        return
-    assert isinstance(target, KeyValueStore)
-    iterator = iter(entries)
-    while chunk := list(islice(iterator, WRITE_CHUNK)):
-        target.put_all(chunk)
-        counts.written += len(chunk)
+    """Write ``entries`` into a new store, counting what was written and what fell past a
+    window store's retention (dropped)."""
+    written, dropped = put_entries(target, entries)
+    counts.written += written
+    counts.dropped += dropped
 
 
 def store_entries(store: Any) -> Iterator[tuple[Any, Any]]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
@@ -225,3 +226,28 @@ class WindowStore(_TypedStore, Generic[K, V]):
         """The value this store holds for a changelog key (used to revert an uncommitted tail)."""
         key, window_start = split_changelog_window_key(changelog_key)
         return self.wrapped.fetch(key, window_start)
+
+
+#: Entries written to a key-value store per ``put_all`` by :func:`put_entries`.
+PUT_CHUNK = 10_000
+
+
+def put_entries(
+    store: KeyValueStore[Any, Any] | WindowStore[Any, Any], entries: Iterable[tuple[Any, Any]]
+) -> tuple[int, int]:
+    """Write ``entries`` into an open typed store, in chunks for a key-value store (a window
+    store's keys are ``(key, window_start)``); ``(written, dropped)``: dropped are window
+    entries past the store's retention."""
+    written = dropped = 0
+    if isinstance(store, WindowStore):
+        for (key, window_start), value in entries:
+            if store.put(key, value, window_start):
+                written += 1
+            else:
+                dropped += 1
+        return written, dropped
+    iterator = iter(entries)
+    while chunk := list(islice(iterator, PUT_CHUNK)):
+        store.put_all(chunk)
+        written += len(chunk)
+    return written, dropped
