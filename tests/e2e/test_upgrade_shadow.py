@@ -3,10 +3,13 @@
 v1 runs (Spark, a child process) and keeps running while its state is migrated to v2 (a new
 application id); v2 starts on it and runs beside v1 on the same input, writing its own
 outputs. With the input quiet and both caught up, ``upgrade diff`` finds them aligned with
-no unexpected key (v2's ``first_seen_ms`` for words it saw first is an expected difference,
-by the spec's ``compare``); while input is pending it says they are not aligned. Then
-``upgrade cutover --shadow --stop-old`` stops v1 and records the cut-over; v2 runs on, and
-its final counts equal a recomputation over the whole input.
+no unexpected key, state or output (v2's ``first_seen_ms`` for words it saw first is an
+expected difference, by the spec's ``compare``; v2's JSON output of a word against v1's count
+as text, by its ``outputs.output_topic.compare``); one wrong value produced to v2's output
+topic is then the one unexpected output key, and the diff fails. While input is pending it
+says they are not aligned. Then ``upgrade cutover --shadow --stop-old`` stops v1 and records
+the cut-over; v2 runs on, its final counts equal a recomputation over the whole input, and
+``drill --spark`` of v2 (its drill model: counts over the whole input) passes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from spark_apps.word_count.generator import word_count_lines
 from spark_apps.word_count_v2 import reference as v2_ref
@@ -25,6 +29,7 @@ from statekeeper.airflow.supervision.policy import pending_records
 from statekeeper.app.store_reader import read_store
 from statekeeper.cli import main
 from statekeeper.generate.producer import produce
+from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.topic_reader import read_topic
 from statekeeper.versions.history import active_override
 from statekeeper.versions.recorded import state_root
@@ -63,6 +68,22 @@ def _cli(args: list[str], capsys: Any) -> tuple[int, Any]:
     code = main(args)
     out = capsys.readouterr()
     return code, (json.loads(out.out) if "--json" in args and out.out.strip() else out)
+
+
+def _a_latest_output(bootstrap: str, topic: str) -> tuple[str, int, dict]:
+    """A word of ``topic`` with its partition and latest value."""
+    latest = {}
+    for partition, records in read_topic(bootstrap, topic).items():
+        for record in records:
+            latest[record.key.decode()] = (partition, json.loads(record.value))
+    word = sorted(latest)[0]
+    return word, *latest[word]
+
+
+def _produce_one(bootstrap: str, topic: str, partition: int, key: str, value: Any) -> None:
+    producer = Producer(producer_config(bootstrap))
+    producer.produce(topic, json.dumps(value).encode(), key.encode(), partition=partition)
+    assert producer.flush(30) == 0
 
 
 def test_a_shadow_run_is_diffed_then_cut_over(broker, tmp_path, capsys) -> None:
@@ -125,6 +146,23 @@ def test_a_shadow_run_is_diffed_then_cut_over(broker, tmp_path, capsys) -> None:
         assert code == 0 and diff["aligned"] and diff["ok"], (diff["compared"]["totals"], examples)
         totals = diff["compared"]["totals"]
         assert totals["unexpected"] == 0 and totals["expected_different"] > 0, totals
+        # The outputs too: the latest value per word of v1's topic against v2's.
+        assert diff["outputs"] is not None, diff
+        outputs = diff["outputs"]["totals"]
+        assert outputs["unexpected"] == 0 and outputs["expected_different"] > 0, diff["outputs"]
+        assert diff["outputs"]["topics"][0]["new_topic"] == f"wc2-{suffix}"
+
+        # One wrong value for one word on v2's output topic (its partition, no sk.* headers:
+        # a consumer sees it all the same): exactly that word is unexpected, and diff fails.
+        word, partition, value = _a_latest_output(bootstrap, f"wc2-{suffix}")
+        wrong = {**value, "count": value["count"] + 1000}
+        _produce_one(bootstrap, f"wc2-{suffix}", partition, word, wrong)
+        code, diff = _cli(["upgrade", "diff", *versions, "--json", *common], capsys)
+        assert code == 1 and diff["aligned"] and not diff["ok"], diff["behind"]
+        assert diff["compared"]["totals"]["unexpected"] == 0
+        assert diff["outputs"]["totals"]["unexpected"] == diff["unexpected"] == 1, diff["outputs"]
+        [example] = diff["outputs"]["topics"][0]["examples"]
+        assert example.startswith(repr(word)), example
 
         # Input still arriving, not processed yet: the diff says what is behind.
         produce(bootstrap, topic, word_count_lines(800, seed=43), partitions=PARTITIONS)
@@ -148,6 +186,10 @@ def test_a_shadow_run_is_diffed_then_cut_over(broker, tmp_path, capsys) -> None:
         old.kill9()
         if new is not None:
             new.kill9()
+
+    code, record = _cli(["drill", "--app", str(v2.spec_path), "--spark", "--json", *common], capsys)
+    assert code == 0 and record["passed"], record["failures"]
+    assert record["checks"]["spark"] == "pass", record["checks"]
 
     takeover = read_takeover(takeover_path(root))
     first = dict(takeover.floors[0][topic])

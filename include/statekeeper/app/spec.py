@@ -15,6 +15,9 @@ drill_model: drill_model.py:spark_models   # optional: spark_models(params), for
 migrations:                                # optional, per store of this version: how
   counts: {record: migrations.py:counts_v2}  # `statekeeper upgrade migrate` turns the old
                                            # version's state into this one's
+outputs:                                   # optional, per output topic (the topology param
+  output_topic: {store: counts}            # naming it): how `statekeeper upgrade diff`
+                                           # compares it with the old version's
 ```
 Precedence: defaults < spec file < ``STATEKEEPER_*`` environment variables < overrides
 (``--set``). The whole spec is validated at load; a problem names the field and the line.
@@ -160,6 +163,37 @@ class StoreMigrationSpec(BaseModel):
         return str(self.record if self.record is not None else self.store)
 
 
+class OutputCompareSpec(BaseModel):
+    """How ``statekeeper upgrade diff`` compares one output topic of this version with the
+    old version's (docs/changing-apps.md#a-shadow-run-and-its-diff): the latest value per
+    key on each side; ``store``: its values are that store's values (the store's migration
+    turns an old value into the expected new one, and its ``migrations.<store>.compare``
+    decides expected differences); ``compare``: ``expected(key, old, new) -> bool`` (``old``
+    migrated when ``store`` is given) says which other differences are expected; ``from``:
+    the old spec's param (or topic) when it is not named as here."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    store: str | None = Field(
+        None,
+        description="the store whose values this topic carries: its migration and compare "
+        "apply to the topic's values",
+    )
+    compare: str | None = Field(
+        None,
+        pattern=FUNCTION_REF,
+        description="expected(key, old, new) -> bool: whether a difference between the old "
+        "version's latest value (migrated, with store:) and this version's is expected "
+        "(None stands for a tombstone or an absent key)",
+    )
+    from_: str | None = Field(
+        None,
+        alias="from",
+        description="the old version's topology param (or topic) naming its counterpart "
+        "(default: the same name as here)",
+    )
+
+
 class AppSpec(BaseModel):
     """What to run: the topology factory, its parameters, settings and Spark options."""
 
@@ -217,6 +251,12 @@ class AppSpec(BaseModel):
         default_factory=dict,
         description="Per store of this version: how `statekeeper upgrade migrate` turns the "
         "old version's state into this one's (docs/changing-apps.md#migrating-state)",
+    )
+    outputs: dict[str, OutputCompareSpec] = Field(
+        default_factory=dict,
+        description="Per output topic of this version, named by the topology param that "
+        "names it (or the topic itself): how `statekeeper upgrade diff` compares it with the "
+        "old version's (docs/changing-apps.md#a-shadow-run-and-its-diff)",
     )
 
     _source: SpecSource | None = PrivateAttr(default=None)
@@ -289,6 +329,15 @@ class AppSpec(BaseModel):
         named = f"migrations.{store}.compare {declared.compare!r}" + (
             f" ({where})" if where else ""
         )
+        return _import_function(declared.compare, named, import_topology_file)
+
+    def output_compare_function(self, name: str) -> Any:
+        """The function ``outputs.<name>.compare`` names (None when there is none)."""
+        declared = self.outputs.get(name)
+        if declared is None or declared.compare is None:
+            return None
+        where = self.where("outputs", name, "compare")
+        named = f"outputs.{name}.compare {declared.compare!r}" + (f" ({where})" if where else "")
         return _import_function(declared.compare, named, import_topology_file)
 
     def app_function(self, field: str) -> Any:
@@ -406,6 +455,10 @@ def load_app_spec(path: str | Path) -> AppSpec:
             field = f"migrations.{store}.compare"
             refs[field] = declared.compare
             wheres[field] = source.where("migrations", store, "compare")
+    for name, output in spec.outputs.items():
+        if output.compare is not None:
+            field = f"outputs.{name}.compare"
+            refs[field], wheres[field] = output.compare, source.where("outputs", name, "compare")
     problems = function_file_problems(refs, wheres.__getitem__) + _supervision_problems(
         spec.supervision, source
     )
@@ -421,15 +474,20 @@ def load_app_spec(path: str | Path) -> AppSpec:
 
 
 def _absolute_migration_refs(path: Path, raw: dict[str, Any]) -> None:
-    """``migrations.<store>.record|store`` with their files made absolute (in place)."""
-    migrations = raw.get("migrations")
-    if not isinstance(migrations, dict):
-        return
-    for declared in migrations.values():
-        if isinstance(declared, dict):
-            for kind in (*MIGRATION_KINDS, "compare"):
-                if kind in declared:
-                    declared[kind] = absolute_ref(path, declared[kind])
+    """``migrations.<store>.record|store|compare`` and ``outputs.<name>.compare`` with their
+    files made absolute (in place)."""
+    for section, kinds in (
+        ("migrations", (*MIGRATION_KINDS, "compare")),
+        ("outputs", ("compare",)),
+    ):
+        declared_all = raw.get(section)
+        if not isinstance(declared_all, dict):
+            continue
+        for declared in declared_all.values():
+            if isinstance(declared, dict):
+                for kind in kinds:
+                    if kind in declared:
+                        declared[kind] = absolute_ref(path, declared[kind])
 
 
 def _known_fields(loc: tuple[Any, ...]) -> list[str]:
@@ -438,6 +496,8 @@ def _known_fields(loc: tuple[Any, ...]) -> list[str]:
         return list(SparkSpec.model_fields)
     if loc[:1] == ("migrations",) and len(loc) == 3:
         return list(StoreMigrationSpec.model_fields)
+    if loc[:1] == ("outputs",) and len(loc) == 3:
+        return ["store", "compare", "from"]
     if len(loc) <= 1:
         return list(AppSpec.model_fields)
     return []
@@ -448,8 +508,9 @@ def _spec_problems(exc: ValidationError, source: SpecSource, raw: Mapping[str, A
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         name = ".".join(loc) or "spec"
-        migration_ref = (
-            len(loc) == 3 and loc[0] == "migrations" and loc[2] in (*MIGRATION_KINDS, "compare")
+        migration_ref = len(loc) == 3 and (
+            (loc[0] == "migrations" and loc[2] in (*MIGRATION_KINDS, "compare"))
+            or (loc[0] == "outputs" and loc[2] == "compare")
         )
         if err["type"] == "string_pattern_mismatch" and (
             migration_ref or loc in (("topology",), *((field,) for field in APP_FUNCTIONS))

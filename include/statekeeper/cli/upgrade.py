@@ -116,13 +116,19 @@ def add_upgrade(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         sub,
         "diff",
         "compare a shadow run: --app (started on state migrated from --from and running "
-        "beside it) against --from, once both processed the same input: per key equal, "
-        "expected-different (the new spec's migrations.<store>.compare) or unexpected; exit "
-        "code 1 when a key is unexpected or the versions are not at the same input (what "
-        "is behind is printed)",
+        "beside it) against --from, once both processed the same input: per key of every "
+        "store, then of every output topic (the latest value per key), equal, "
+        "expected-different (the new spec's migrations.<store>.compare, outputs.<topic>) or "
+        "unexpected; exit code 1 when a key is unexpected, state or output, or the versions "
+        "are not at the same input (what is behind is printed)",
         _cmd_upgrade_diff,
     )
     _versions_options(diff)
+    diff.add_argument(
+        "--no-outputs",
+        action="store_true",
+        help="compare the states only (the output topics are not read)",
+    )
 
     back = subcommand(
         sub,
@@ -322,13 +328,15 @@ def _cmd_upgrade_diff(args: argparse.Namespace) -> int:
 
     new_settings, new_spec = app_target(args, need_spec="upgrade diff")
     old_settings, old_spec = app_target(_old_target(args), need_spec="upgrade diff --from")
-    report = diff_versions(old_spec, new_spec, old_settings, new_settings)
+    report = diff_versions(
+        old_spec, new_spec, old_settings, new_settings, outputs=not args.no_outputs
+    )
     totals = report.compared.totals()
     lines = [
         f"{report.old_application_id} vs {report.new_application_id}: "
         + ("aligned (both at the log ends)" if report.aligned else "NOT aligned"),
-        f"{totals['equal']} key(s) equal, {totals['expected_different']} expected-different, "
-        f"{totals['unexpected']} unexpected over {totals['tasks']} task(s)",
+        f"state: {totals['equal']} key(s) equal, {totals['expected_different']} "
+        f"expected-different, {totals['unexpected']} unexpected over {totals['tasks']} task(s)",
         *(f"behind: {b}" for b in report.behind),
         *(
             f"task {t.task_id} store {name}: {example}"
@@ -337,6 +345,17 @@ def _cmd_upgrade_diff(args: argparse.Namespace) -> int:
             for example in d.examples
         ),
     ]
+    if report.outputs is not None:
+        for topic in report.outputs.topics:
+            lines.append(
+                f"output {topic.old_topic} -> {topic.new_topic} ({topic.rule}): {topic.equal} "
+                f"key(s) equal, {topic.expected_different} expected-different, "
+                f"{topic.unexpected} unexpected"
+            )
+            lines += [f"output {topic.new_topic}: {example}" for example in topic.examples]
+        lines += [f"note: {note}" for note in report.outputs.notes]
+    elif not args.no_outputs:
+        lines.append("outputs: not compared (the versions are not aligned)")
     emit(args, report.as_dict(), "\n".join(lines))
     return EXIT_OK if report.ok else EXIT_INCOMPATIBLE
 
