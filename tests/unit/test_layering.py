@@ -63,8 +63,9 @@ ALLOWED: dict[str, set[str]] = {
     "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster", "placement", "versions"},
     # Backfill: runs the app's own topology as a bounded run of StatekeeperApp (app) under its
     # checkpoint; reads offset JSON and Spark's checkpoint files (spark), the takeover and
-    # state root (versions), and whether the app runs (ops).
-    "backfill": _RUNTIME | {"app", "spark", "versions", "ops"},
+    # state root (versions), and whether the app runs (ops); a store fill snapshots the
+    # store it filled (snapshots).
+    "backfill": _RUNTIME | {"app", "spark", "versions", "ops", "snapshots"},
     "airflow": _RUNTIME
     | {"spark", "worker", "app", "ops", "snapshots", "cluster", "placement"}
     | {"procfs", "process_identity", "versions", "upgrade"},
