@@ -48,6 +48,7 @@ from statekeeper.processing.topology import CarriedInput, task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.spark.checkpoint_log import (
     CheckpointBatchLog,
+    first_batch_ranges,
     last_committed_offsets,
     logged_batch_ranges,
 )
@@ -613,9 +614,13 @@ class StatekeeperApp:
             self.machine.transition(AppState.RUNNING)
 
     def _batch_ranges(self, ranges_df: Any, batch_id: int) -> list[OffsetRange]:
-        """The batch's offset ranges: from Spark's offset log when it holds both ends (no
-        Spark job needed), else by running the ranges source over the batch."""
+        """The batch's offset ranges: from Spark's offset log when it holds both ends, or
+        batch 0's end and an explicit start (no Spark job needed), else by running the
+        ranges source over the batch."""
         logged = logged_batch_ranges(self.checkpoint, batch_id)
+        if logged is None and batch_id == 0:  # a start the query was told: no Spark job
+            told = parse_offset_spec(self._starting_offsets(), "startingOffsets", "earliest")
+            logged = first_batch_ranges(self.checkpoint, told.offsets)
         if logged is not None:
             return logged
         return [

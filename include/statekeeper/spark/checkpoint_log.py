@@ -90,6 +90,26 @@ def logged_batch_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange] | 
     ]
 
 
+def first_batch_ranges(
+    checkpoint: Path, start: dict[tuple[str, int], int]
+) -> list[OffsetRange] | None:
+    """Batch 0's offset ranges when the query was told where to start (``start``: explicit
+    ``startingOffsets``, as a takeover or a backfill's recorded start give it): from there to
+    batch 0's logged end. None when the log has no batch 0, or ``start`` does not name a
+    concrete offset for every partition it ends at (ask the source instead)."""
+    try:
+        end = _source_offsets(checkpoint, 0)
+    except (StatekeeperError, ValueError):
+        return None
+    if end is None or not end.keys() <= start.keys() or any(start[tp] < 0 for tp in end):
+        return None
+    return [
+        OffsetRange(topic, partition, start[(topic, partition)], stop)
+        for (topic, partition), stop in sorted(end.items())
+        if stop > start[(topic, partition)]
+    ]
+
+
 def _source_offsets(checkpoint: Path, batch_id: int) -> dict[tuple[str, int], int] | None:
     lines = _offset_log(checkpoint, batch_id)
     if len(lines) != 3 or lines[2] in ("", "-"):  # exactly one source, with an offset

@@ -11,6 +11,7 @@ from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.model import OffsetRange
 from statekeeper.spark.checkpoint_log import (
     batch_timestamp_ms,
+    first_batch_ranges,
     last_committed_offsets,
     logged_batch_ranges,
 )
@@ -37,6 +38,17 @@ def test_ranges_run_from_the_previous_batch_end_to_this_batch_end(tmp_path: Path
         OffsetRange("a", 0, 10, 25),
         OffsetRange("b", 0, 7, 9),  # a[1] has nothing new: no range
     ]
+
+
+def test_batch_0_runs_from_an_explicit_start_to_its_logged_end(tmp_path: Path) -> None:
+    log_batch(tmp_path, 0, {"a": {"0": 25, "1": 5}})
+    start = {("a", 0): 10, ("a", 1): 5}
+    assert first_batch_ranges(tmp_path, start) == [OffsetRange("a", 0, 10, 25)]
+    # earliest (-2) or latest (-1) for a partition, a partition not named, no batch 0 logged:
+    # the start the source chose is not known here.
+    assert first_batch_ranges(tmp_path, {("a", 0): 10, ("a", 1): -2}) is None
+    assert first_batch_ranges(tmp_path, {("a", 0): 10}) is None
+    assert first_batch_ranges(tmp_path / "none", start) is None
 
 
 @pytest.mark.parametrize(
