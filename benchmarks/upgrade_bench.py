@@ -53,9 +53,22 @@ launcher, each its own driver and JVM):
                  downtime runs from the old version's SIGTERM to v2's first micro-batch in
                  its Spark checkpoint's ``commits/`` (the file's time). v2 then drains the
                  input and stops; its counts must equal the bench's own count of the input.
-  stream only    (the first mode's run) the alternative without a migration: v2 under a
-                 new id from the earliest offset; its downtime is the old version's stop
-                 plus its launch until its committed micro-batches reach where v1 stopped.
+  shadow         (``--cutover-modes`` ``shadow``) the blue/green cut-over on its own v1
+                 under the same live input: v1 keeps running while its state is migrated
+                 into v2 (``statekeeper.upgrade.shadow.migrate_beside``, ``upgrade migrate
+                 --local``; exact beside a running v1: no repartition topic), v2 is launched
+                 beside it (takes over at the migration, catches up); with ``--shadow-diff``
+                 (default) the input is paused until both are aligned
+                 (``shadow.wait_aligned``), ``upgrade diff`` runs (``diff_versions``) and the
+                 input resumes; then ``upgrade cutover --shadow --stop-old``
+                 (``cutover(shadow=True)``, its stop timed). Downtime: v1's SIGTERM to v2's
+                 next ``commits/`` entry; v2's start, catch-up and the diff are reported as
+                 context. v2 drains and stops; its counts must equal the input's.
+                 ``cutover_downtime_s``: the best path's downtime (``cutover_downtime_path``).
+  stream only    (the first stop-then-migrate mode's run) the alternative without a
+                 migration: v2 under a new id from the earliest offset; its downtime is the
+                 old version's stop plus its launch until its committed micro-batches reach
+                 where v1 stopped.
   backfill       a history of ``--backfill-records`` records (random keys of
                  ``--backfill-keys``, empty values) in ``--backfill-partitions``
                  partitions; ``statekeeper backfill --app SPEC --json`` in its own process
@@ -70,8 +83,8 @@ launcher, each its own driver and JVM):
 Prints one JSON object (progress on stderr) and writes it to ``--output`` (default
 ``benchmarks/results/upgrade-<time>.json``). Usage: python benchmarks/upgrade_bench.py
 [--keys N] [--tail T] [--partitions P] [--reprocess-records M] [--backfill-records R]
-[--cutover-keys K] [--cutover-modes spark,local] (a quick run: --keys 100000
---backfill-records 200000 --cutover-keys 20000)
+[--cutover-keys K] [--cutover-modes spark,local,shadow] [--no-shadow-diff] (a quick run:
+--keys 100000 --backfill-records 200000 --cutover-keys 20000)
 """
 
 from __future__ import annotations
@@ -125,6 +138,15 @@ from statekeeper.worker.task_runner import (
     run_share,
     settings_to_json,
 )
+
+#: The cut-over paths (``--cutover-modes``).
+CUTOVER_PATHS = {
+    "spark": "stop then migrate: upgrade cutover --stop-old, the migration on Spark (the "
+    "command's default), v2 launched when it returns",
+    "local": "stop then migrate: upgrade cutover --stop-old --local, v2 launched when it returns",
+    "shadow": "blue/green: upgrade migrate beside the running v1, v2 launched beside it, "
+    "upgrade cutover --shadow --stop-old",
+}
 
 #: 16 tasks of 62.5k keys at the default 1M (run 1's layout: a migrated task of more than
 #: ~100k keys failed then, fixed since; kept so the runs compare).
@@ -459,9 +481,17 @@ def main() -> None:
     )
     parser.add_argument(
         "--cutover-modes",
-        default="spark,local",
-        help="the cut-overs, comma-separated: spark (the migration on Spark, the command's "
-        "default), local (--local)",
+        default="spark,local,shadow",
+        help="the cut-overs, comma-separated: spark (stop then migrate, the migration on "
+        "Spark, the command's default), local (stop then migrate, --local), shadow (v2 "
+        "migrated and started beside the running v1, then cutover --shadow --stop-old)",
+    )
+    parser.add_argument(
+        "--shadow-diff",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="in the shadow cut-over, pause the input until both versions are aligned and "
+        "run upgrade diff before the cut-over (timed as context, not downtime)",
     )
     parser.add_argument("--output", help="where the JSON goes (default: benchmarks/results/)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -504,8 +534,14 @@ def main() -> None:
             spark = None
             cutovers = {}
             modes = [m for m in args.cutover_modes.split(",") if m] if args.cutover_keys else []
-            for n, mode in enumerate(modes):
+            unknown = set(modes) - set(CUTOVER_PATHS)
+            assert not unknown, f"unknown --cutover-modes: {sorted(unknown)}"
+            stop_then_migrate = [m for m in modes if m != "shadow"]
+            for mode in modes:
                 loads[f"cutover_{mode}"] = round(os.getloadavg()[0], 2)
+                if mode == "shadow":
+                    cutovers[mode] = measure_shadow_cutover(bootstrap, work, args)
+                    continue
                 session_s = None
                 if mode == "spark":
                     # A new session for each cut-over on Spark, made before it starts, as the
@@ -521,13 +557,22 @@ def main() -> None:
                         args,
                         mode,
                         None if spark is None else spark.sparkContext,
-                        stream_only=n == 0,
+                        stream_only=mode == stop_then_migrate[0],
                     )
                 finally:
                     if spark is not None:
                         spark.stop()
                         spark = None
                 cutovers[mode]["spark_session_s_before"] = session_s
+            if "shadow" in cutovers:
+                shadow_s = cutovers["shadow"]["downtime_s"]
+                cutovers["shadow"]["vs_stop_then_migrate"] = {
+                    mode: {
+                        "downtime_s": cutovers[mode]["downtime_s"],
+                        "shadow_downtime_ratio": round(shadow_s / cutovers[mode]["downtime_s"], 4),
+                    }
+                    for mode in stop_then_migrate
+                }
             result["cutover"] = cutovers
             if args.backfill_records:
                 loads["backfill"] = round(os.getloadavg()[0], 2)
@@ -560,11 +605,14 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
     backfill = result.get("backfill")
     cutovers = result.get("cutover") or {}
     downtimes = {mode: c["downtime_s"] for mode, c in cutovers.items()}
-    default = downtimes.get("spark", next(iter(downtimes.values()), None))
+    best = min(downtimes, key=downtimes.__getitem__) if downtimes else None
     alternative = next((c["stream_only"] for c in cutovers.values() if "stream_only" in c), None)
     return {
         "backfill_records_per_s": backfill["backfill"]["records_per_s"] if backfill else None,
-        "cutover_downtime_s": default,
+        # The best product path's downtime (every path's is under cutover.<mode>.downtime_s).
+        "cutover_downtime_s": downtimes[best] if best else None,
+        "cutover_downtime_path": best,
+        "cutover_downtime_path_is": CUTOVER_PATHS[best] if best else None,
         "goals": {
             "backfill_vs_raw_consume": {
                 "goal": ">= 0.5 (2 consumers in 2 processes, on 2 cores)",
@@ -586,6 +634,7 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
                 "goal": "< 10",
                 **downtimes,
                 "met": {mode: d < 10 for mode, d in downtimes.items()},
+                "best_path": best,
                 "stream_only_alternative": alternative["downtime_s"] if alternative else None,
             },
         },
@@ -967,7 +1016,9 @@ def check_counts(found: dict[str, int], expected: Counter[int]) -> dict[str, Any
 
 class Feeder(threading.Thread):
     """Live input: ``rate`` records a second to random existing keys of ``keys`` (key ``i`` to
-    partition ``i % partitions``), counted per key and per partition."""
+    partition ``i % partitions``), counted per key and per partition. :meth:`pause` stops it
+    sending (everything sent acknowledged) until :meth:`resume`, which starts the rate anew
+    (no burst for the paused time)."""
 
     def __init__(self, bootstrap: str, topic: str, keys: int, partitions: int, rate: int) -> None:
         super().__init__(daemon=True)
@@ -976,6 +1027,8 @@ class Feeder(threading.Thread):
         self.counts: Counter[int] = Counter()
         self.per_partition = [0] * partitions
         self.halt = threading.Event()
+        self.paused = threading.Event()
+        self.idle = threading.Event()  # set while paused, once everything sent is acknowledged
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -984,6 +1037,13 @@ class Feeder(threading.Thread):
             rng = random.Random(7)
             started, sent = time.monotonic(), 0
             while not self.halt.is_set():
+                if self.paused.is_set():
+                    if not self.idle.is_set():
+                        assert producer.flush(60) == 0
+                        self.idle.set()
+                    time.sleep(0.05)
+                    started, sent = time.monotonic(), 0
+                    continue
                 due = int((time.monotonic() - started) * self.rate)
                 while sent < due:
                     i = rng.randrange(self.keys)
@@ -1000,6 +1060,18 @@ class Feeder(threading.Thread):
             assert producer.flush(60) == 0
         except BaseException as exc:  # reported by stop()
             self.error = exc
+
+    def pause(self) -> None:
+        """Stop sending; returns once every record sent is acknowledged (in the log)."""
+        self.idle.clear()
+        self.paused.set()
+        while not self.idle.wait(0.1):
+            if self.error is not None or not self.is_alive():
+                raise RuntimeError(f"the feeder stopped: {self.error!r}")
+
+    def resume(self) -> None:
+        self.idle.clear()
+        self.paused.clear()
 
     def stop(self) -> None:
         self.halt.set()
@@ -1045,6 +1117,19 @@ def log_timeline(log_path: Path, since: float, first_batches: int = 2) -> list[s
             at = datetime.strptime(found.group(1), fmt).timestamp()
             out.append(f"{at - since:7.2f} s {what}")
     return out
+
+
+def timed(stamps: dict[str, list[float]], name: str, fn: Any) -> Any:
+    """``fn`` wrapped: each call's begin and end (epoch s) in ``stamps[name]``."""
+
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        begun = time.time()
+        try:
+            return fn(*a, **kw)
+        finally:
+            stamps[name] = [begun, time.time()]
+
+    return wrapper
 
 
 class StatusWatch:
@@ -1101,22 +1186,12 @@ def measure_cutover(
 
         stamps: dict[str, list[float]] = {}
 
-        def timed(name: str, fn: Any) -> Any:
-            def wrapper(*a: Any, **kw: Any) -> Any:
-                begun = time.time()
-                try:
-                    return fn(*a, **kw)
-                finally:
-                    stamps[name] = [begun, time.time()]
-
-            return wrapper
-
         # The library call of `upgrade cutover --stop-old`, its three steps timed where the
         # cut-over calls them (the same functions, wrapped).
         steps = ("stop_gracefully", "run_migration", "verify_migration")
         originals = {name: getattr(cutover_module, name) for name in steps}
         for name, fn in originals.items():
-            setattr(cutover_module, name, timed(name, fn))
+            setattr(cutover_module, name, timed(stamps, name, fn))
         log(f"upgrade cutover --stop-old ({mode})")
         try:
             called = time.time()
@@ -1236,6 +1311,261 @@ def measure_cutover(
             stop_ended - stop_begun,
         )
     return result
+
+
+def measure_shadow_cutover(bootstrap: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The blue/green cut-over (docs/changing-apps.md, "A shadow run and its diff"), on its
+    own v1 under the same live input as :func:`measure_cutover`'s: v1 keeps running while its
+    committed state is migrated into v2 (``statekeeper.upgrade.shadow.migrate_beside``: the
+    ``statekeeper_upgrade`` DAG's first step, ``upgrade migrate --local``; exact beside a
+    running v1 since no stateful task of it feeds a repartition topic); v2 is launched beside
+    v1 (it takes over at the migration and catches up); with ``--shadow-diff`` the input is
+    paused until both are aligned (``shadow.wait_aligned``), ``upgrade diff`` runs
+    (``diff_versions``, states and outputs) and the input resumes; after ``--cutover-live-s``
+    of both under live input, ``upgrade cutover --shadow --stop-old`` (``cutover(shadow=
+    True)``, its stop timed where it calls it). The downtime runs from v1's SIGTERM to v2's
+    next micro-batch in Spark's commit log (a ``commits/<n>`` file written after it)."""
+    from statekeeper.upgrade.diff import diff_versions
+    from statekeeper.upgrade.shadow import migrate_beside, wait_aligned
+
+    cutover_module = importlib.import_module("statekeeper.upgrade.cutover")
+    run, parts, keys = uuid.uuid4().hex[:6], args.cutover_partitions, args.cutover_keys
+    root = work / "cutover-shadow"
+    topic = f"cutover-input-{run}"
+    ensure_topic(make_admin(bootstrap), topic, parts)
+    log(f"cut-over (shadow): {keys:,} keys of history in {parts} partitions; v1 starts")
+    produce_input(bootstrap, topic, keys, 0, parts)
+    v1_path, v1_spec, v1_settings = process_spec(root, bootstrap, f"shadow-v1-{run}", "v1", topic)
+    v2_path, v2_spec, v2_settings = process_spec(root, bootstrap, f"shadow-v2-{run}", "v2", topic)
+    v1_ckpt, v2_ckpt = v1_settings.checkpoint_path(), v2_settings.checkpoint_path()
+
+    feeder = Feeder(bootstrap, topic, keys, parts, args.cutover_rate)
+    v1_launch = time.time()
+    v1 = launch(v1_path, v1_settings, root / "v1.log", stop_when_idle=False)
+    v2: AppProcess | None = None
+    diff: dict[str, Any] | None = None
+    stamps: dict[str, list[float]] = {}
+    try:
+        feeder.start()
+        caught_up = wait_until(
+            lambda: committed_total(v1_ckpt) >= keys, 600, "v1 processing its history", v1
+        )
+        log(f"v1 processed its history {caught_up - v1_launch:.1f} s after its launch; live input")
+        time.sleep(args.cutover_live_s)
+
+        log("shadow: upgrade migrate --local beside the running v1 (shadow.migrate_beside)")
+        v1_at_migration = committed_total(v1_ckpt)
+        migrate_begun = time.time()
+        migration = migrate_beside(v1_spec, v2_spec, v1_settings, v2_settings)
+        migrate_ended = time.time()
+        assert all(t.migrated for t in migration.tasks), [t.note for t in migration.tasks]
+        assert migration.takeover is not None
+        takeover_records = sum(
+            o for parts_ in migration.takeover.start_offsets.values() for o in parts_.values()
+        )
+
+        log("shadow: v2 launched beside v1")
+        v2_launch = time.time()
+        v2 = launch(v2_path, v2_settings, root / "v2.log", stop_when_idle=False)
+        watch = StatusWatch(v2)
+        shadow_v2 = v2
+
+        def v2_gone() -> str | None:
+            """Why v2 is not running (None while it runs): wait_aligned stops at once then."""
+            code = shadow_v2.proc.poll() if shadow_v2.proc is not None else None
+            return None if code is None else f"exited {code}, see {shadow_v2.log_path}"
+
+        def v2_committed() -> bool:
+            watch.poll()
+            return any(b["committed"] for b in spark_batches(v2_ckpt))
+
+        wait_until(v2_committed, 300, "v2's first committed micro-batch", v2)
+        first = next(b for b in spark_batches(v2_ckpt) if b["committed"])
+
+        def level_with_v1() -> bool:
+            watch.poll()
+            at_v1, at_v2 = last_committed_positions(v1_ckpt), last_committed_positions(v2_ckpt)
+            return bool(at_v2) and all(at_v2.get(tp, -1) >= o for tp, o in at_v1.items())
+
+        level_at = wait_until(level_with_v1, 300, "v2 catching up with v1", v2)
+        log(f"v2 level with v1 {level_at - v2_launch:.1f} s after its launch")
+
+        if args.shadow_diff:
+            log("shadow: input paused until both are aligned, then upgrade diff")
+            feeder.pause()
+            paused_at = time.time()
+            aligned = wait_aligned(
+                v1_spec, v2_spec, v1_settings, v2_settings, timeout_s=180, gone=v2_gone, poll_s=0.5
+            )
+            aligned_at = time.time()
+            report = diff_versions(
+                v1_spec, v2_spec, v1_settings, v2_settings, scratch_root=root / "scratch"
+            )
+            diff_ended = time.time()
+            feeder.resume()
+            totals = report.compared.totals()
+            diff = {
+                "input_paused_s": round(time.time() - paused_at, 3),
+                "pause_to_aligned_s": round(aligned_at - paused_at, 3),
+                "aligned_check_totals": aligned.compared.totals(),
+                "diff_s": round(diff_ended - aligned_at, 3),
+                "diff_note": "upgrade diff's library call (diff_versions, states and outputs; "
+                "this app writes no output topic) once aligned: both states read back from "
+                "their snapshots and changelogs in scratch copies, compared key by key",
+                "aligned": report.aligned,
+                "ok": report.ok,
+                "unexpected": report.unexpected,
+                "totals": totals,
+                "behind": report.behind[:5],
+            }
+            log(f"diff: aligned {report.aligned}, ok {report.ok}, {totals}; input resumed")
+        time.sleep(args.cutover_live_s)
+        before_cutover = time.time()
+
+        log("upgrade cutover --shadow --stop-old")
+        original = cutover_module.stop_gracefully
+        cutover_module.stop_gracefully = timed(stamps, "stop_gracefully", original)
+        try:
+            called = time.time()
+            shadow_report = cutover_module.cutover(
+                v1_spec,
+                v2_spec,
+                v1_settings,
+                v2_settings,
+                stop_old=True,
+                shadow=True,
+                by="upgrade bench",
+            )
+            returned = time.time()
+        finally:
+            cutover_module.stop_gracefully = original
+        v1.wait(60)  # reaped (stopped by the cut-over)
+        v1_stopped_at = last_committed_positions(v1_ckpt)
+        stop_begun, stop_ended = stamps["stop_gracefully"]
+
+        def committed_after(moment: float, planned_too: bool) -> dict[str, Any] | None:
+            return next(
+                (
+                    b
+                    for b in spark_batches(v2_ckpt)
+                    if b["committed"]
+                    and b["committed"] > moment
+                    and (not planned_too or b["planned"] >= moment)
+                ),
+                None,
+            )
+
+        wait_until(
+            lambda: committed_after(stop_begun, True) is not None,
+            120,
+            "v2's first micro-batch planned after v1's stop, committed",
+            v2,
+        )
+        next_commit = committed_after(stop_begun, False)
+        next_planned = committed_after(stop_begun, True)
+        assert next_commit is not None and next_planned is not None
+        time.sleep(args.cutover_live_s)
+        feeder.stop()
+        log("v2 drains the input, then stops (SIGTERM)")
+        total = keys + sum(feeder.per_partition)
+        wait_until(lambda: committed_total(v2_ckpt) >= total, 300, "v2 draining", v2)
+        v2.terminate()
+        assert v2.wait(120) == 0, f"v2 exited uncleanly, see {v2.log_path}"
+    finally:
+        feeder.halt.set()
+        for proc in (v1, v2):
+            if proc is not None:
+                proc.kill9()
+    expected = Counter(range(keys)) + feeder.counts
+    v2_state = check_counts(
+        state_counts(v2_settings, v2_spec.build_topology().store_specs(0), parts), expected
+    )
+
+    batches = spark_batches(v2_ckpt)
+    done = [b for b in batches if b["committed"]]
+
+    def mean_batch_s(found: list[dict[str, Any]]) -> float | None:
+        return (
+            round(sum(b["committed"] - b["planned"] for b in found) / len(found), 3)
+            if found
+            else None
+        )
+
+    commits = [b["committed"] for b in done]
+    around = [c for c in commits if stop_begun - 10 <= c <= stop_ended + 10]
+    gaps = [b - a for a, b in zip(around, around[1:], strict=False)]
+    states = {
+        k: round(v - v2_launch, 3)
+        for k, v in sorted(watch.first_seen.items(), key=lambda kv: kv[1])
+    }
+    return {
+        "mode": "shadow",
+        "path": CUTOVER_PATHS["shadow"],
+        "migration_on": "--local (shadow.migrate_beside, beside the running v1)",
+        "keys": keys,
+        "partitions": parts,
+        "live_input_records_per_s": args.cutover_rate,
+        "v1": {
+            "application_id": v1_settings.application_id,
+            "history_processed_s_after_launch": round(caught_up - v1_launch, 3),
+            "stop": shadow_report.old_stop,
+            "stopped_at_records": sum(v1_stopped_at.values()),
+        },
+        "downtime_s": round(next_commit["committed"] - stop_begun, 3),
+        "downtime_end": "v2's next commits/<n> file in its Spark checkpoint (its mtime) after "
+        "v1's SIGTERM (v2 already runs)",
+        "parts_s": {
+            "graceful_stop": round(stop_ended - stop_begun, 3),
+            "stop_to_v2_next_commit": round(next_commit["committed"] - stop_begun, 3),
+            "stop_to_commit_of_v2_batch_planned_after_stop": round(
+                next_planned["committed"] - stop_begun, 3
+            ),
+            "cutover_call": round(returned - called, 3),
+            "cutover_checks_before_the_stop": round(stop_begun - called, 3),
+        },
+        "parts_note": "the downtime is stop_to_v2_next_commit; v2's batch planned after the "
+        "SIGTERM holds the first records v1 can no longer have processed",
+        "v2_commits_around_the_stop": {
+            "window": "v1's SIGTERM - 10 s to its end + 10 s",
+            "commits": len(around),
+            "max_gap_s": round(max(gaps), 3) if gaps else None,
+            "committed_during_the_graceful_stop": sum(
+                stop_begun < c <= stop_ended for c in commits
+            ),
+        },
+        "context_not_downtime_s": {
+            "migration_beside_v1": round(migrate_ended - migrate_begun, 3),
+            "v2_launch_to_first_commit": round(first["committed"] - v2_launch, 3),
+            "v2_launch_to_level_with_v1": round(level_at - v2_launch, 3),
+            "diff": None if diff is None else diff["diff_s"],
+            "pause_to_aligned": None if diff is None else diff["pause_to_aligned_s"],
+            "v2_beside_v1_before_the_cutover": round(before_cutover - v2_launch, 3),
+        },
+        "migration": {
+            "tasks": len(migration.tasks),
+            "keys": sum(t.stores[STORE].written for t in migration.tasks),
+            "read_from": dict(Counter(t.read_from[STORE].split(" ")[0] for t in migration.tasks)),
+            "batch_base": migration.takeover.batch_base,
+            "v1_committed_records_at_the_migration": v1_at_migration,
+            "takeover_start_records": takeover_records,
+        },
+        "v2_start": {
+            "log_s_after_launch": log_timeline(root / "v2.log", v2_launch),
+            "status_states_first_seen_s_after_launch": states,
+            "first_batch_planned_s_after_launch": round(first["planned"] - v2_launch, 3),
+            "first_batch_seconds": round(first["committed"] - first["planned"], 3),
+            "first_batch_records": first["end"] - takeover_records,
+        },
+        "v2_batch_seconds_mean": {
+            "beside_v1": mean_batch_s(
+                [b for b in done[1:] if level_at <= b["planned"] and b["committed"] < stop_begun]
+            ),
+            "alone": mean_batch_s([b for b in done if b["planned"] >= stop_ended]),
+        },
+        "diff": diff,
+        "v2_final_state": v2_state,
+        "input_records": total,
+    }
 
 
 def measure_reprocess_cutover(
