@@ -54,7 +54,7 @@ help:
 	@echo "                   ARGS='--scenarios frozen' runs one)"
 	@echo "make bench-upgrade  upgrade migrate --local (from a snapshot, from the changelog) vs a full"
 	@echo "                   changelog restore vs reprocessing the input, 1M keys (JSON, also under"
-	@echo "                   benchmarks/results/; ~2 min; ARGS='--keys 50000' for a quick one)"
+	@echo "                   benchmarks/results/; ~10 min; ARGS='--keys 50000' for a quick one)"
 	@echo "make lock          recompile requirements.lock (runtime: the image) from requirements.in,"
 	@echo "                   then requirements-dev.lock (runtime + dev tools) from requirements-dev.in"
 	@echo "make clean         stop the embedded broker and the platform, remove caches and var/"
