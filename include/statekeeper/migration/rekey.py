@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.kafka.partitioning import partition_for_key
-from statekeeper.migration.functions import StoreCounts
+from statekeeper.migration.functions import MigrationError, StoreCounts
 from statekeeper.migration.old_state import StorageOpener, committed_batch, old_task_state
 from statekeeper.migration.rekey_plan import Rekey
 from statekeeper.migration.store_plan import StoreAction
@@ -131,8 +131,9 @@ def write_rekeyed(
             partition, key, value = item  # type: ignore[misc]
             states[partition].append((key, value))
     if len(commits) != rekey.old_tasks:
-        raise RuntimeError(
-            f"task {task_id}: {len(commits)} of {rekey.old_tasks} old tasks' commits arrived"
+        raise MigrationError(
+            f"task {task_id}: {len(commits)} of {rekey.old_tasks} old tasks' commits arrived "
+            "(a lost shuffle block?): run the migration again"
         )
     committed = [c for c in commits if c.batch_id is not None]
     if not committed:
