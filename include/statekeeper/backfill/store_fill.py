@@ -48,7 +48,7 @@ from statekeeper.processing.sandbox_run import run_in_sandbox
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_id import TaskId
-from statekeeper.stores.typed import WindowStore, put_entries
+from statekeeper.stores.typed import put_entries, typed_entries
 from statekeeper.versions.recorded import read_recorded, state_root
 
 FILLS_FILE = "store-fills.json"
@@ -195,7 +195,7 @@ def _fill_task(
                 specs,
                 records,
                 Path(sandbox),
-                lambda sandboxed: _entries(sandboxed.store(store)),
+                lambda sandboxed: list(typed_entries(sandboxed.store(store))),
                 batch_id=batch,
             )
         fills.mark_pending(store, task_id, batch, offsets)
@@ -267,12 +267,6 @@ def _task_count(settings: StatekeeperSettings, topology: Any, sub: int) -> int:
 def _holds_entries(store: Any) -> bool:
     entries = store.all()
     return next(iter(entries), None) is not None
-
-
-def _entries(store: Any) -> list[tuple[Any, Any]]:
-    if isinstance(store, WindowStore):
-        return [((key, start), value) for key, start, value in store.all()]
-    return list(store.all())
 
 
 def _snapshot(settings: StatekeeperSettings, state: Any, store: str) -> list[str]:

@@ -36,7 +36,7 @@ from statekeeper.migration.store_plan import StoreAction, StoreStep
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_id import TaskId
-from statekeeper.stores.typed import WindowStore, put_entries
+from statekeeper.stores.typed import put_entries, typed_entries
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def migrated_store(
 ) -> Iterator[tuple[Any, Any]]:
     """The old task's entries of a copied or migrated ``store`` as the new version holds
     them (the store's migration applied), counting reads and drops into ``counts``."""
-    entries = store_entries(old.store(store))
+    entries = typed_entries(old.store(store))
     if job.step(store).action is StoreAction.MIGRATE:
         migration = job.migrations.get(store)
         if migration is None:  # store_steps only says migrate when one is declared
@@ -259,14 +259,6 @@ def write_entries(target: Any, entries: Iterable[tuple[Any, Any]], counts: Store
     written, dropped = put_entries(target, entries)
     counts.written += written
     counts.dropped += dropped
-
-
-def store_entries(store: Any) -> Iterator[tuple[Any, Any]]:
-    """A store's committed entries decoded with its (old) serdes; a window store's keys are
-    ``(key, window_start)``."""
-    if isinstance(store, WindowStore):
-        return (((key, start), value) for key, start, value in store.all())
-    return iter(store.all())
 
 
 def _counted(entries: Iterable[tuple[Any, Any]], counts: StoreCounts) -> Iterator[tuple[Any, Any]]:

@@ -228,6 +228,16 @@ class WindowStore(_TypedStore, Generic[K, V]):
         return self.wrapped.fetch(key, window_start)
 
 
+def typed_entries(
+    store: KeyValueStore[Any, Any] | WindowStore[Any, Any],
+) -> Iterator[tuple[Any, Any]]:
+    """An open typed store's entries decoded with its serdes, as :func:`put_entries` takes
+    them: a window store's keys are ``(key, window_start)``."""
+    if isinstance(store, WindowStore):
+        return (((key, start), value) for key, start, value in store.all())
+    return iter(store.all())
+
+
 #: Entries written to a key-value store per ``put_all`` by :func:`put_entries`.
 PUT_CHUNK = 10_000
 

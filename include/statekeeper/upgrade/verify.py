@@ -30,9 +30,10 @@ from statekeeper.migration.old_state import committed_batch, old_task_state
 from statekeeper.migration.rekey import router
 from statekeeper.migration.rekey_plan import Rekey
 from statekeeper.migration.store_plan import StoreAction
-from statekeeper.migration.task import MigrationJob, carried_specs, store_entries
+from statekeeper.migration.task import MigrationJob, carried_specs
 from statekeeper.processing.task_state_store import merged_task_state
 from statekeeper.state.task_id import TaskId
+from statekeeper.stores.typed import typed_entries
 from statekeeper.versions.fingerprint import STORE_PREFIX as TASK_STATE_PREFIX
 
 #: Unexpected keys listed per store (all are counted).
@@ -164,7 +165,7 @@ def _old_side(job: MigrationJob, task_id: str, scratch_root: Path | None) -> _Ol
         side = _OldSide(batch, offsets)
         if batch is not None:
             for spec in specs:
-                side.before[spec.name] = before = dict(store_entries(old.store(spec.name)))
+                side.before[spec.name] = before = dict(typed_entries(old.store(spec.name)))
                 side.expected[spec.name] = _migrated(job, spec.name, before)
     return side
 
@@ -256,7 +257,7 @@ def _verify_task(
             diff.stores[spec.name] = _store_diff(
                 old.before.get(spec.name, {}) if carried_store else {},
                 old.expected.get(spec.name, {}) if carried_store else {},
-                dict(store_entries(new.store(spec.name))),
+                dict(typed_entries(new.store(spec.name))),
                 compare.get(spec.name),
             )
     return diff
