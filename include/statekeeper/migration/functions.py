@@ -84,6 +84,32 @@ def _per_record(
         yield _pair(migration, result, key)
 
 
+def migrated_columns(
+    migration: StoreMigration, keys: list[Any], values: list[Any], counts: StoreCounts
+) -> tuple[list[Any], list[Any]]:
+    """A per-record migration over a chunk of old entries held as columns: the new keys and
+    values, counting reads and drops into ``counts`` (as :func:`migrated_entries` does)."""
+    try:
+        results = list(map(migration.function, keys, values))
+        if None in results:
+            results = [r for r in results if r is not None]
+        pairs = set(map(type, results)) <= {tuple} and set(map(len, results)) <= {2}
+    except Exception:
+        pairs = False
+    if not pairs:  # redone record by record, to name the key in the error
+        list(_per_record(migration, zip(keys, values, strict=True), StoreCounts()))
+        raise MigrationError(
+            f"store {migration.store}: {_name(migration)} failed on a chunk of entries but "
+            "not when called again entry by entry: a migration must be a pure function"
+        )
+    counts.read += len(keys)
+    counts.dropped += len(keys) - len(results)
+    if not results:
+        return [], []
+    new_keys, new_values = zip(*results, strict=True)
+    return list(new_keys), list(new_values)
+
+
 def _whole_store(
     migration: StoreMigration, entries: Iterable[tuple[Any, Any]], counts: StoreCounts
 ) -> Iterator[tuple[Any, Any]]:

@@ -28,6 +28,7 @@ from statekeeper.migration.functions import (
     MigrationError,
     StoreCounts,
     StoreMigration,
+    migrated_columns,
     migrated_entries,
 )
 from statekeeper.migration.old_state import StorageOpener, committed_batch, old_task_state
@@ -36,7 +37,7 @@ from statekeeper.migration.store_plan import StoreAction, StoreStep
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.state.task_id import TaskId
-from statekeeper.stores.typed import put_entries, typed_entries
+from statekeeper.stores.typed import KeyValueStore, entry_columns, put_entries, typed_entries
 
 
 @dataclass(frozen=True)
@@ -235,8 +236,33 @@ def _write_store(job: MigrationJob, old: Any, new: Any, spec: Any) -> StoreCount
     counts = StoreCounts()
     if job.step(spec.name).action is StoreAction.EMPTY:
         return counts
-    write_entries(new.store(spec.name), migrated_store(job, old, spec.name, counts), counts)
+    source, target = old.store(spec.name), new.store(spec.name)
+    migration = _per_record_migration(job, spec.name)
+    if isinstance(source, KeyValueStore) and isinstance(target, KeyValueStore) and migration:
+        # A chunk at a time as columns: decoded, migrated and encoded in bulk.
+        for keys, values in entry_columns(source):
+            if migration is not _COPY:
+                keys, values = migrated_columns(migration, keys, values, counts)
+            else:
+                counts.read += len(keys)
+            target.put_columns(keys, values)
+            counts.written += len(keys)
+        return counts
+    write_entries(target, migrated_store(job, old, spec.name, counts), counts)
     return counts
+
+
+#: :func:`_per_record_migration` of a store copied as it is.
+_COPY = StoreMigration("", "record", lambda key, value: (key, value))
+
+
+def _per_record_migration(job: MigrationJob, store: str) -> StoreMigration | None:
+    """The store's migration when it applies entry by entry (a copy: ``_COPY``); None for a
+    whole-store function."""
+    if job.step(store).action is StoreAction.COPY:
+        return _COPY
+    migration = job.migrations.get(store)
+    return migration if migration is not None and migration.kind == "record" else None
 
 
 def migrated_store(

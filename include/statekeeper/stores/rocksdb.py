@@ -69,14 +69,14 @@ def scan_range(
     db: rocksdict.Rdict, start: bytes | None, end: bytes | None
 ) -> Iterator[tuple[bytes, bytes]]:
     """Entries of ``db`` with ``start <= key <= end`` (either bound None: open), in key order."""
-    it = db.iter()
-    it.seek(start) if start is not None else it.seek_to_first()
-    while it.valid():
-        key = it.key()
-        if end is not None and key > end:
+    entries = db.items(from_key=start)  # one call per entry (an iterator's are three)
+    if end is None:
+        yield from entries
+        return
+    for entry in entries:
+        if entry[0] > end:
             return
-        yield key, it.value()
-        it.next()
+        yield entry
 
 
 def configure_block_cache(capacity_bytes: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from statekeeper.errors import StatekeeperError
@@ -111,27 +112,55 @@ class IntSerde:
 _JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
+def _c_encoder() -> Callable[[Any], str] | None:
+    """``_JSON.encode`` without its per-call set-up: the C encoder built once (None where
+    Python has no C accelerator). No circular-reference markers: a cycle raises
+    RecursionError, as deep nesting does."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    encoder = make(
+        None, _JSON.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
+    )
+    return lambda value: "".join(encoder(value, 0))
+
+
+_ENCODE = _c_encoder() or _JSON.encode
+#: ``json.loads`` of bytes first sniffs the encoding; what JsonSerde writes is UTF-8.
+_JSON_DECODE = json.JSONDecoder().decode
+
+
 class JsonSerde:
     """Compact JSON with sorted keys, so equal values always have equal bytes."""
 
     def serialize(self, value: Any) -> bytes:
         try:
-            return _JSON.encode(value).encode()
-        except (TypeError, ValueError) as exc:
+            return _ENCODE(value).encode()
+        except (TypeError, ValueError, RecursionError) as exc:
             raise SerdeError(f"value is not JSON-serialisable: {exc}") from exc
 
     def serialize_many(self, values: list[Any]) -> list[bytes]:
-        encode = _JSON.encode
+        encode = _ENCODE
         try:
             return [encode(v).encode() for v in values]
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise SerdeError(f"value is not JSON-serialisable: {exc}") from exc
 
     def deserialize(self, data: bytes) -> Any:
         try:
-            return json.loads(data)
-        except ValueError as exc:
-            raise SerdeError(f"not valid JSON: {data[:32]!r}") from exc
+            return _JSON_DECODE(data.decode())
+        except (ValueError, AttributeError):  # json.loads takes a BOM or UTF-16/32 too
+            try:
+                return json.loads(data)
+            except ValueError as exc:
+                raise SerdeError(f"not valid JSON: {data[:32]!r}") from exc
+
+    def deserialize_many(self, data: list[bytes]) -> list[Any]:
+        decode = _JSON_DECODE
+        try:
+            return [decode(d.decode()) for d in data]
+        except (ValueError, AttributeError):
+            return list(map(self.deserialize, data))
 
 
 def serialize_all(serde: Serde[Any], values: list[Any]) -> list[bytes]:

@@ -16,6 +16,9 @@ from statekeeper.migration import (
     migrated_entries,
     store_steps,
 )
+from statekeeper.migration.functions import (
+    migrated_columns,
+)
 from statekeeper.versions import compare
 from tests.unit.versions.apps import Version, fingerprint
 
@@ -86,6 +89,32 @@ def test_whole_store_rekeys_and_merges() -> None:
 def test_failures_name_the_store_the_function_and_the_key(kind, function, message) -> None:
     with pytest.raises(MigrationError, match=message):
         _run(StoreMigration("counts", kind, function, "m.py:f"))
+
+
+@pytest.mark.parametrize(
+    ("function", "message"),
+    [
+        (lambda k, v: 1 / 0 if k == "b" else (k, v), r"ZeroDivisionError.* on key 'b'"),
+        (lambda k, v: v if k == "c" else (k, v), r"returned 3 for key 'c': expected a \(key"),
+        (lambda k, v: (k, v, 1) if k == "a" else (k, v), r"returned \('a', 1, 1\) for key 'a'"),
+    ],
+)
+def test_a_chunk_migrates_as_its_entries_would_and_fails_naming_the_key(function, message):
+    def wrap(key: str, value: int) -> tuple[str, dict[str, int]] | None:
+        return None if value == 2 else (key.upper(), {"count": value})
+
+    keys, values = [k for k, _ in OLD], [v for _, v in OLD]
+    counts = StoreCounts()
+    out = migrated_columns(StoreMigration("counts", "record", wrap), keys, values, counts)
+    one_by_one, expected = _run(StoreMigration("counts", "record", wrap))
+    assert list(zip(*out, strict=True)) == one_by_one
+    assert (counts.read, counts.dropped) == (expected.read, expected.dropped) == (3, 1)
+    everything_dropped = migrated_columns(
+        StoreMigration("counts", "record", lambda k, v: None), keys, values, counts
+    )
+    assert everything_dropped == ([], [])
+    with pytest.raises(MigrationError, match=message):
+        migrated_columns(StoreMigration("counts", "record", function), keys, values, counts)
 
 
 # -- the steps ---------------------------------------------------------------------------------

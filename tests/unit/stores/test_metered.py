@@ -109,6 +109,21 @@ def test_corrupt_stored_value_names_store_and_key(counts):
         counts.delete("bad")
 
 
+def test_entry_columns_read_in_key_order_in_chunks_and_name_a_corrupt_entry(counts):
+    from statekeeper.stores.typed import entry_columns, typed_entries
+
+    counts.put_all([(f"k{i:02d}", i) for i in range(25)])
+    counts.flush()
+    chunks = list(entry_columns(counts, size=10))
+    assert [len(keys) for keys, _ in chunks] == [10, 10, 5]
+    assert [k for keys, _ in chunks for k in keys] == [f"k{i:02d}" for i in range(25)]
+    assert [v for _, values in chunks for v in values] == list(range(25))
+    assert list(typed_entries(counts)) == list(counts.all())
+    counts.wrapped.put(b"k07", b"\x01")
+    with pytest.raises(SerdeError, match=r"store 'counts', key 'k07': stored value"):
+        list(entry_columns(counts))
+
+
 def test_corrupt_stored_key_names_the_store(counts):
     counts.wrapped.put(b"\xff\xfe", IntSerde().serialize(1))
     with pytest.raises(SerdeError, match=r"store 'counts': stored key: not valid UTF-8"):

@@ -214,3 +214,24 @@ def test_bad_bytes_in_a_column_raise_the_single_value_error(name):
 def test_serdes_without_column_methods_are_called_per_value():
     assert serialize_all(_PlainSerde(), [1, 22]) == [b"1", b"22"]
     assert deserialize_all(_PlainSerde(), [b"1", b"22"]) == [1, 22]
+
+
+def test_json_bulk_and_one_by_one_agree_with_the_json_module():
+    import json
+
+    values = [1, "\u00e9t\u00e9", {"b": [1.5, None, True], "a": {"z": 1, "y": "\n"}}, [], None]
+    serde = JsonSerde()
+    expected = [json.dumps(v, separators=(",", ":"), sort_keys=True).encode() for v in values]
+    assert serde.serialize_many(values) == expected
+    assert [serde.serialize(v) for v in values] == expected
+    assert serde.deserialize_many(expected) == values
+    assert [serde.deserialize(d) for d in expected] == values
+
+
+def test_json_deserialize_takes_what_json_loads_takes():
+    serde = JsonSerde()
+    assert serde.deserialize(b"\xef\xbb\xbf" + b'{"a":1}') == {"a": 1}  # a UTF-8 BOM
+    assert serde.deserialize('{"a":1}'.encode("utf-16")) == {"a": 1}
+    assert serde.deserialize_many([b"1", '"x"'.encode("utf-16")]) == [1, "x"]
+    with pytest.raises(SerdeError, match="not valid JSON"):
+        serde.deserialize_many([b"1", b"{"])
