@@ -69,7 +69,7 @@ def prepare_backfill(
     """Check and decide; raises a :class:`~statekeeper.errors.ConfigError` (one line) for
     whatever the backfill refuses."""
     from statekeeper.kafka.adapter import consumer_config
-    from statekeeper.kafka.admin import make_admin, partition_count, wait_for_broker
+    from statekeeper.kafka.admin import make_admin, wait_for_broker
     from statekeeper.kafka.offsets import log_end_offsets, log_start_offsets
     from statekeeper.ops.snapshot_app import running_app_status_url
 
@@ -89,15 +89,8 @@ def prepare_backfill(
     ends = log_end_offsets(conf, tps, timeout)
     until = resolve_until(until_spec, sources, ends)
 
-    changelogs: dict[str, int] = {}
-    for sub in topology.subtopologies:
-        for store in topology.store_specs(sub.id):
-            topic = changelog_topic(app_id, store.name)
-            count = partition_count(admin, topic, timeout) if store.logging_enabled else None
-            if count:
-                tp_ends = log_end_offsets(conf, [(topic, p) for p in range(count)], timeout)
-                changelogs[topic] = sum(tp_ends.values())
     checkpoint = settings.checkpoint_path()
+    changelogs = changelog_records(admin, conf, topology, app_id, timeout)
     history = read_history(settings, topology, checkpoint, changelogs)
     plan = decide_start(history, from_spec)
 
@@ -125,6 +118,24 @@ def prepare_backfill(
     return PreparedBackfill(
         spec, settings, topology, from_spec, until, plan, start_offsets, positions, checkpoint
     )
+
+
+def changelog_records(
+    admin: Any, conf: dict[str, Any], topology: Any, app_id: str, timeout: float
+) -> dict[str, int]:
+    """Records (log end offsets summed) in each changelog topic of the app that exists."""
+    from statekeeper.kafka.admin import partition_count
+    from statekeeper.kafka.offsets import log_end_offsets
+
+    found: dict[str, int] = {}
+    for sub in topology.subtopologies:
+        for store in topology.store_specs(sub.id):
+            topic = changelog_topic(app_id, store.name)
+            count = partition_count(admin, topic, timeout) if store.logging_enabled else None
+            if count:
+                tp_ends = log_end_offsets(conf, [(topic, p) for p in range(count)], timeout)
+                found[topic] = sum(tp_ends.values())
+    return found
 
 
 def run_backfill(

@@ -270,15 +270,11 @@ def _holds_entries(store: Any) -> bool:
 
 
 def _snapshot(settings: StatekeeperSettings, state: Any, store: str) -> list[str]:
-    from statekeeper.snapshots.create import snapshot_task
-    from statekeeper.snapshots.storage import storage_for
+    from statekeeper.snapshots.create import snapshot_now
 
     recorded = read_recorded(state_root(settings.state_dir, settings.application_id))
     topology = None if recorded is None else recorded.to_dict()
-    storage = storage_for(settings, create=True)
-    with tempfile.TemporaryDirectory(prefix="statekeeper-fill-snapshot-") as staging:
-        results = snapshot_task(state, storage, Path(staging), stores=[store], topology=topology)
-    return [r.manifest.snapshot_id for r in results]
+    return snapshot_now(settings, state, stores=[store], topology=topology)
 
 
 class _Fills:

@@ -10,6 +10,7 @@ from typing import Any
 from statekeeper.cli.common import EXIT_OK, app_options, app_target, emit, int_in, subcommand
 
 DOCS = "docs/changing-apps.md#backfilling-from-history"
+DOCS_DATASET = "docs/changing-apps.md#backfilling-from-a-dataset"
 
 
 def add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +49,18 @@ def add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="source records per micro-batch (default: the app's setting, at least 500000)",
     )
     run.add_argument(
+        "--input",
+        metavar="PATH",
+        help="a fresh app's state from a dataset of historical source records instead of the "
+        "topics (Parquet or newline-delimited JSON: key, value[, topic, partition, offset, "
+        f"timestamp]; {DOCS_DATASET}); the stream then takes over after it",
+    )
+    run.add_argument(
+        "--local",
+        action="store_true",
+        help="with --input: fill the tasks one after the other in this process, without Spark",
+    )
+    run.add_argument(
         "--store",
         metavar="STORE",
         help="fill only this store, one the app has not written yet (a new one after a "
@@ -58,8 +71,18 @@ def add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
     from statekeeper.backfill.bounds import parse_from, parse_until
+    from statekeeper.errors import ConfigError
 
     settings, spec = app_target(args, need_spec="backfill")
+    if args.local and not args.input:
+        raise ConfigError("backfill --local: only with --input (a topic backfill runs on Spark)")
+    if args.input:
+        if args.store or args.from_ is not None or args.until is not None:
+            raise ConfigError(
+                "backfill --input: --store, --from and --until do not apply (the dataset is "
+                f"the history; the stream takes over after it; {DOCS_DATASET})"
+            )
+        return _fill_from_dataset(args, settings, spec)
     if args.store:
         return _fill_store(args, settings, spec)
     from_spec = parse_from(args.from_)
@@ -111,5 +134,38 @@ def _fill_store(args: argparse.Namespace, settings: Any, spec: Any) -> int:
     report = fill_store(
         settings, spec.build_topology(), args.store, snapshot=args.snapshot, progress=progress
     )
+    emit(args, report.to_dict(), report.text())
+    return EXIT_OK
+
+
+def _fill_from_dataset(args: argparse.Namespace, settings: Any, spec: Any) -> int:
+    import contextlib
+    from pathlib import Path
+
+    from statekeeper.backfill.dataset_run import prepare_dataset_backfill, run_dataset_backfill
+
+    if args.max_records_per_batch is not None:
+        from statekeeper.errors import ConfigError
+
+        raise ConfigError("backfill --input: --max-records-per-batch does not apply")
+
+    def progress(task: Any) -> None:
+        line = task.note or f"{task.records:,} records in {task.seconds:.1f} s"
+        print(f"backfill {settings.application_id}: task {task.task_id}: {line}", file=sys.stderr)
+
+    with contextlib.ExitStack() as stack:
+        spark = None
+        if not args.local:
+            from statekeeper.spark.session_env import batch_session
+
+            spark, made_here = batch_session(settings.spark_master, "statekeeper-backfill")
+            if made_here:
+                stack.callback(spark.stop)
+        prepared = prepare_dataset_backfill(
+            spec, settings, Path(args.input), spark=spark, snapshot=args.snapshot
+        )
+        for note in prepared.notes:
+            print(f"backfill {settings.application_id}: {note}", file=sys.stderr)
+        report = run_dataset_backfill(prepared, progress)
     emit(args, report.to_dict(), report.text())
     return EXIT_OK

@@ -295,12 +295,6 @@ def _counted(entries: Iterable[tuple[Any, Any]], counts: StoreCounts) -> Iterato
 
 def _snapshot(job: MigrationJob, task: Any) -> list[str]:
     """Snapshot the new task right after its commit; the snapshot ids."""
-    import tempfile
+    from statekeeper.snapshots.create import snapshot_now
 
-    from statekeeper.snapshots.create import snapshot_task
-    from statekeeper.snapshots.storage import storage_for
-
-    storage = storage_for(job.new_settings, create=True)
-    with tempfile.TemporaryDirectory(prefix="statekeeper-migrate-snapshot-") as staging:
-        results = snapshot_task(task, storage, Path(staging), topology=job.new_fingerprint)
-    return [r.manifest.snapshot_id for r in results]
+    return snapshot_now(job.new_settings, task, topology=job.new_fingerprint)

@@ -53,10 +53,12 @@ def run_in_sandbox(
     read: Callable[[Any], T],
     *,
     batch_id: int = 0,
+    emitter: Any = None,
 ) -> T:
     """Process ``records`` (``topic:partition`` -> records in offset order) as task
     ``task_id`` into fresh unlogged copies of ``specs`` under ``sandbox``; ``read(state)``
-    (the opened task state, before it closes) gives the result."""
+    (the opened task state, before it closes) gives the result. ``emitter``: what takes the
+    task's outputs (default: a :class:`DiscardingEmitter`)."""
     batch_time = max((r[-1].timestamp_ms for r in records.values() if r), default=0)
     unlogged = [dataclasses.replace(s, logging_enabled=False) for s in specs]
     fresh = settings.model_copy(update={"state_dir": Path(sandbox)})
@@ -70,7 +72,7 @@ def run_in_sandbox(
                 subtopology,
                 partition,
                 state,
-                DiscardingEmitter(),
+                emitter if emitter is not None else DiscardingEmitter(),
                 settings.application_id,
                 vectorize=False,
             )

@@ -244,3 +244,23 @@ def snapshot_task(
     finally:
         for s in staged:
             shutil.rmtree(s.staged.directory, ignore_errors=True)
+
+
+def snapshot_now(
+    settings: Any,
+    task: Any,
+    *,
+    stores: list[str] | None = None,
+    topology: dict[str, Any] | None = None,
+) -> list[str]:
+    """Snapshot an open task right after its commit into the app's snapshot storage
+    (created if missing), staging in a temporary directory; the snapshot ids. What a
+    migration, a store fill and a dataset backfill end each task with."""
+    import tempfile
+
+    from statekeeper.snapshots.storage import storage_for
+
+    storage = storage_for(settings, create=True)
+    with tempfile.TemporaryDirectory(prefix="statekeeper-snapshot-") as staging:
+        results = snapshot_task(task, storage, Path(staging), stores=stores, topology=topology)
+    return [r.manifest.snapshot_id for r in results]

@@ -42,6 +42,10 @@ CASES = [
     (["--store", "nope"], "the topology has no store 'nope'"),
     (["--store", "word-counts", "--until", "now"], "--from and --until do not apply"),
     (["--max-records-per-batch", "0"], "argument --max-records-per-batch: must be >= 1"),
+    (["--local"], "backfill --local: only with --input"),
+    (["--input", "x.parquet", "--store", "word-counts"], "--store, --from and --until do not"),
+    (["--input", "x.parquet", "--max-records-per-batch", "9"], "does not apply"),
+    (["--input", "missing.parquet", "--local"], "--input missing.parquet: no such file"),
 ]
 
 
