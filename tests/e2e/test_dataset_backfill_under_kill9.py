@@ -40,7 +40,8 @@ KILLS = int(os.environ.get("STATEKEEPER_DATASET_KILLS", "6" if _CHAOS else "2"))
 PARTITIONS = 4
 LINES = 40_000
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(max(300, 60 * (KILLS + 2)))]
+# ~20 s: make test-chaos only (make test keeps tests/spark/test_dataset_backfill.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timeout(max(300, 60 * (KILLS + 2)))]
 
 
 def _command(app: AppUnderTest, dataset: Path) -> list[str]:

@@ -37,8 +37,9 @@ from statekeeper.spark.offset_planning import (
 TP = tuple[str, int]
 
 #: Source records per micro-batch of a backfill, unless the app's own setting is larger or
-#: ``max_records_per_batch`` is given: twice the app default, so fewer, larger batches.
-BACKFILL_MAX_RECORDS = 500_000
+#: ``max_records_per_batch`` is given: 8x the app default, so fewer, larger batches, each
+#: writing every key it touches once.
+BACKFILL_MAX_RECORDS = 2_000_000
 #: Idle this long after the last micro-batch (and caught up to --until) before stopping.
 IDLE_S = 1.0
 

@@ -46,7 +46,7 @@ def add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--max-records-per-batch",
         type=int_in(1),
         metavar="N",
-        help="source records per micro-batch (default: the app's setting, at least 500000)",
+        help="source records per micro-batch (default: the app's setting, at least 2000000)",
     )
     run.add_argument(
         "--input",
