@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -78,6 +79,13 @@ class AppUnderTest:
     @property
     def settings(self) -> Any:
         return self.spec.resolved_settings(**self.overrides)
+
+    def cli_args(self) -> list[str]:
+        """``--app SPEC --set name=value ...``: this app as a ``statekeeper`` command takes it."""
+        args = ["--app", str(self.spec_path)]
+        for key, value in self.overrides.items():
+            args += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+        return args
 
     def process(self, run: int, **kwargs: Any) -> AppProcess:
         return AppProcess(self.spec_path, self.overrides, self.workdir / f"run{run}.log", **kwargs)

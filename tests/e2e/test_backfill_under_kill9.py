@@ -59,9 +59,7 @@ def _seed() -> int:
 
 
 def _command(app: AppUnderTest) -> list[str]:
-    cmd = [sys.executable, "-m", "statekeeper.cli", "backfill", "--app", str(app.spec_path)]
-    for key, value in app.overrides.items():
-        cmd += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    cmd = [sys.executable, "-m", "statekeeper.cli", "backfill", *app.cli_args()]
     return [*cmd, "--until", "now", "--max-records-per-batch", str(BATCH), "--json"]
 
 

@@ -45,9 +45,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timeout(max(300, 6
 
 
 def _command(app: AppUnderTest, dataset: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "statekeeper.cli", "backfill", "--app", str(app.spec_path)]
-    for key, value in app.overrides.items():
-        cmd += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    cmd = [sys.executable, "-m", "statekeeper.cli", "backfill", *app.cli_args()]
     return [*cmd, "--input", str(dataset), "--local", "--json"]
 
 

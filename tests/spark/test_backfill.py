@@ -63,14 +63,9 @@ def _offsets(report: dict[str, Any], key: str, topic: str) -> dict[TP, int]:
     return {(topic, int(p)): o for p, o in report[key][topic].items()}
 
 
-def _set(key: str, value: Any) -> str:
-    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-
-
 def _backfill(app: AppUnderTest, capsys: Any, *argv: str) -> tuple[int, dict[str, Any], str]:
-    sets = [arg for key, value in app.overrides.items() for arg in ("--set", _set(key, value))]
     capsys.readouterr()
-    code = main(["backfill", "--app", str(app.spec_path), *sets, *argv, "--json"])
+    code = main(["backfill", *app.cli_args(), *argv, "--json"])
     out, err = capsys.readouterr()
     return code, (json.loads(out) if out.strip() else {}), err
 

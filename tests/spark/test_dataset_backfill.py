@@ -55,13 +55,8 @@ def _app(bootstrap: str, workdir: Path, topic: str, out: str) -> AppUnderTest:
 
 
 def _cli(app: AppUnderTest, capsys: Any, *argv: str) -> tuple[int, dict[str, Any], str]:
-    sets = [
-        arg
-        for key, value in app.overrides.items()
-        for arg in ("--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}")
-    ]
     capsys.readouterr()
-    code = main([argv[0], "--app", str(app.spec_path), *sets, *argv[1:], "--json"])
+    code = main([argv[0], *app.cli_args(), *argv[1:], "--json"])
     out, err = capsys.readouterr()
     return code, (json.loads(out) if out.strip() else {}), err
 

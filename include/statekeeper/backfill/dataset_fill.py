@@ -98,7 +98,7 @@ class DatasetTaskFill:
     task_id: str
     records: int = 0
     duplicates: int = 0
-    entries: dict[str, int] = field(default_factory=dict)
+    entries_approx: dict[str, int] = field(default_factory=dict)  # RocksDB's estimate
     repartitioned: int = 0
     snapshots: list[str] = field(default_factory=list)
     note: str | None = None
@@ -109,7 +109,7 @@ class DatasetTaskFill:
             "task": self.task_id,
             "records": self.records,
             "duplicates": self.duplicates,
-            "entries": dict(sorted(self.entries.items())),
+            "entries_approx": dict(sorted(self.entries_approx.items())),
             "repartitioned": self.repartitioned,
             "snapshots": list(self.snapshots),
             "note": self.note,
@@ -227,7 +227,9 @@ def fill_task(
                 )
             _process(job, state, tid, records, capture)
             state.commit(FILL_BATCH, offsets)
-            result.entries = {s.name: state.store(s.name).approximate_num_entries() for s in specs}
+            result.entries_approx = {
+                s.name: state.store(s.name).approximate_num_entries() for s in specs
+            }
             if job.snapshot:
                 from statekeeper.snapshots.create import snapshot_now
 
@@ -268,7 +270,11 @@ def _process(
     records: dict[str, list[KafkaRecord]],
     emitter: _Capture,
 ) -> None:
-    stream = StreamTask(job.topology, tid.subtopology, tid.partition, state, emitter, job.app)
+    # Record at a time, as the sandbox re-run of a filled task is: its repartition records
+    # do not depend on where the chunks are cut, so a re-run feeds the next stage the same.
+    stream = StreamTask(
+        job.topology, tid.subtopology, tid.partition, state, emitter, job.app, vectorize=False
+    )
     try:
         for chunk in _chunks(records):
             batch_time = max((r[-1].timestamp_ms for r in chunk.values() if r), default=0)
@@ -330,6 +336,7 @@ def run_stages_on_spark(
     the next stage's input."""
     fills: list[DatasetTaskFill] = []
     pending = source
+    persisted = [source]
     for sub in stage_order(job.topology, job.app):
         topics = set(job.topology.subtopology_topics(job.app, sub))
         mine = pending.filter(lambda item, t=topics: item[1].topic in t)
@@ -348,7 +355,10 @@ def run_stages_on_spark(
             fills.append(fill)
             if progress is not None:
                 progress(fill)
+        persisted.append(stage)
         pending = rest.union(stage.filter(lambda kv: kv[0] == "out").map(lambda kv: kv[1]))
+    for rdd in persisted:
+        rdd.unpersist()
     return fills
 
 

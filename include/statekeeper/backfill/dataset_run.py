@@ -147,7 +147,7 @@ class DatasetBackfillReport:
             f"{'on Spark' if self.on_spark else 'in this process'} in {self.seconds:.1f} s"
         ]
         for t in self.tasks:
-            entries = ", ".join(f"{k} {v:,}" for k, v in sorted(t.entries.items()))
+            entries = ", ".join(f"{k} ~{v:,}" for k, v in sorted(t.entries_approx.items()))
             lines.append(
                 f"  task {t.task_id}: {t.note or f'{t.records:,} records; entries: {entries}'}"
                 + (f"; {t.duplicates} repeated offsets dropped" if t.duplicates else "")
