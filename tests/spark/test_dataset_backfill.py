@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,41 +26,16 @@ import pytest
 from spark_apps.word_count.generator import word_count_lines
 from spark_apps.word_count.reference import recompute
 from statekeeper.app.store_reader import read_store
-from statekeeper.cli import main
 from statekeeper.generate.producer import produce
 from statekeeper.kafka.model import KafkaRecord
 from statekeeper.kafka.topic_reader import read_topic
-from statekeeper.processing.output_reader import read_deduped
 from statekeeper.versions.recorded import state_root
 from statekeeper.versions.takeover import read_takeover, takeover_path
-from tests.e2e.harness import AppUnderTest
+from tests.spark.test_backfill import _app, _backfill, _latest_outputs
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("backfill_spark")]
 
 PARTITIONS = 4
-
-
-def _app(bootstrap: str, workdir: Path, topic: str, out: str) -> AppUnderTest:
-    return AppUnderTest.create(
-        "word_count",
-        bootstrap,
-        workdir,
-        uuid.uuid4().hex[:6],
-        {"input_topic": topic, "output_topic": out},
-        trigger_interval_ms=100,
-        commit_interval_ms=1_000,
-    )
-
-
-def _cli(app: AppUnderTest, capsys: Any, *argv: str) -> tuple[int, dict[str, Any], str]:
-    capsys.readouterr()
-    code = main([argv[0], *app.cli_args(), *argv[1:], "--json"])
-    out, err = capsys.readouterr()
-    return code, (json.loads(out) if out.strip() else {}), err
-
-
-def _latest_outputs(bootstrap: str, topic: str) -> dict[str, int]:
-    return {r.key.decode(): int(r.value) for r in read_deduped(bootstrap, topic)}  # type: ignore[union-attr,arg-type]
 
 
 def test_a_parquet_export_with_offsets_then_the_stream(spark, broker, tmp_path, capsys) -> None:
@@ -96,7 +69,7 @@ def test_a_parquet_export_with_offsets_then_the_stream(spark, broker, tmp_path, 
     app = _app(bootstrap, tmp_path / "wc", topic, out)
     topology = app.spec.build_topology()
 
-    code, report, err = _cli(app, capsys, "backfill", "--input", str(dataset))
+    code, report, err = _backfill(app, capsys, "--input", str(dataset))
     assert code == 0, err
     print(json.dumps(report)[:2000])
     assert report["on_spark"] is True and report["records"] == len(exported)
@@ -112,7 +85,7 @@ def test_a_parquet_export_with_offsets_then_the_stream(spark, broker, tmp_path, 
     assert record is not None and record.batch_base == 1 and "pending" not in record.extra
 
     # The stream takes over after the dataset: every record once.
-    code, report, err = _cli(app, capsys, "backfill")
+    code, report, err = _backfill(app, capsys)
     assert code == 0, err
     assert "starts where the version it took over from stopped" in report["start"]
     expected = recompute(records).counts
@@ -121,7 +94,7 @@ def test_a_parquet_export_with_offsets_then_the_stream(spark, broker, tmp_path, 
     assert latest and latest == {w: expected[w] for w in latest}
 
     # Not fresh any more: refused, nothing written.
-    code, _, err = _cli(app, capsys, "backfill", "--input", str(dataset), "--local")
+    code, _, err = _backfill(app, capsys, "--input", str(dataset), "--local")
     assert code != 0 and "is not fresh" in err
 
 
@@ -142,11 +115,11 @@ def test_history_the_topic_no_longer_holds_from_json_then_the_stream(
 
     bad = tmp_path / "objects.jsonl"
     bad.write_text(json.dumps({"key": "k", "value": {"line": "a b"}}) + "\n")
-    code, _, err = _cli(app, capsys, "backfill", "--input", str(bad), "--local")
+    code, _, err = _backfill(app, capsys, "--input", str(bad), "--local")
     assert code != 0 and "column 'value' is struct<line: string>, expected binary" in err
     assert not state_root(app.settings.state_dir, app.app_id).exists()
 
-    code, report, err = _cli(app, capsys, "backfill", "--input", str(dataset), "--local")
+    code, report, err = _backfill(app, capsys, "--input", str(dataset), "--local")
     assert code == 0, err
     assert report["on_spark"] is False and report["records"] == len(old)
     assert set(report["takeover_offsets"].values()) == {0}  # the log start
@@ -156,7 +129,7 @@ def test_history_the_topic_no_longer_holds_from_json_then_the_stream(
         read_store(app.settings, topology, "word-counts", PARTITIONS) == recompute(history).counts
     )
 
-    code, report, err = _cli(app, capsys, "backfill")
+    code, report, err = _backfill(app, capsys)
     assert code == 0, err
     both = history + [r for rs in read_topic(bootstrap, topic).values() for r in rs]
     assert read_store(app.settings, topology, "word-counts", PARTITIONS) == recompute(both).counts
@@ -180,6 +153,6 @@ def test_a_dataset_that_leaves_a_gap_is_refused(broker, tmp_path, capsys) -> Non
         pa.table({"key": [None], "value": ["a b"], "partition": [0], "offset": [10_000]}),
         dataset,
     )
-    code, _, err = _cli(app, capsys, "backfill", "--input", str(dataset), "--local")
+    code, _, err = _backfill(app, capsys, "--input", str(dataset), "--local")
     assert code != 0 and "has offset 10000 in the dataset but the topic ends at" in err
     assert not state_root(app.settings.state_dir, app.app_id).exists()
