@@ -249,6 +249,8 @@ def test_migrate_v1_counts_to_v2_json_under_a_new_app_id(
             len(old_stores["counts"]),
             len(new_stores["counts"]),
         )
+        copied = by_task[tid].stores["sk-task-state-0"]  # unchanged: its bytes copied
+        assert copied.read == copied.written == len(old_stores["sk-task-state-0"]) > 0
 
     # Run again (a job that died after some tasks): migrated tasks are left as they are.
     again = migrate_app(v1_spec, v2_spec, old_settings=v1_settings, new_settings=v2_settings)
