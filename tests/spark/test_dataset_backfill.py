@@ -10,8 +10,9 @@ the dataset fill routes in memory) over real files, a real broker and Spark loca
 - history the topic no longer holds, as newline-delimited JSON without offsets (--local):
   the stream takes over at the log start; the final counts are the dataset's plus the
   topic's;
-- what is refused before anything is written: a dataset that leaves a gap, an app that is
-  not fresh, a value that is not bytes or a string.
+- what is refused before anything is written: a dataset past the topic's end, a row of
+  another partition (read on Spark: still one line), an app that is not fresh, a value that
+  is not bytes or a string.
 """
 
 from __future__ import annotations
@@ -142,7 +143,9 @@ def _utf8(data: bytes | None) -> str | None:
         return None
 
 
-def test_a_dataset_that_leaves_a_gap_is_refused(broker, tmp_path, capsys) -> None:
+def test_a_dataset_past_the_log_end_or_with_a_bad_row_is_refused(
+    spark, broker, tmp_path, capsys
+) -> None:
     bootstrap = broker.bootstrap_servers
     suffix = uuid.uuid4().hex[:6]
     topic = f"ds-gap-{suffix}"
@@ -155,4 +158,9 @@ def test_a_dataset_that_leaves_a_gap_is_refused(broker, tmp_path, capsys) -> Non
     )
     code, _, err = _backfill(app, capsys, "--input", str(dataset), "--local")
     assert code != 0 and "has offset 10000 in the dataset but the topic ends at" in err
+    bad_row = tmp_path / "bad_row.parquet"
+    pq.write_table(pa.table({"key": ["a", "b"], "value": ["x", "y"], "partition": [0, 9]}), bad_row)
+    code, _, err = _backfill(app, capsys, "--input", str(bad_row))  # read on Spark
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"partition 9 of {topic} (the topic has {PARTITIONS})" in err
     assert not state_root(app.settings.state_dir, app.app_id).exists()

@@ -355,8 +355,20 @@ def _scan_on_spark(spark: Any, path: Path, routing: Routing) -> tuple[DatasetSha
         highest = None if a[1] is None or b[1] is None else max(a[1], b[1])
         return a[0] + b[0], highest
 
-    stats = dict(source.map(stat).reduceByKey(merge).collect())
+    try:
+        stats = dict(source.map(stat).reduceByKey(merge).collect())
+    except Exception as exc:  # a row's error, raised in a Python worker, comes back wrapped
+        raise _row_error(exc) or exc from None
     return shape, source, stats
+
+
+def _row_error(exc: Exception) -> DatasetError | None:
+    """The DatasetError a Spark task raised, as one line (None: another failure)."""
+    marker = f"{DatasetError.__name__}: "
+    for line in str(exc).splitlines():
+        if marker in line:
+            return DatasetError(line.split(marker, 1)[1].strip())
+    return None
 
 
 def _spark_kind(kind: Any) -> str:
