@@ -106,6 +106,14 @@ def test_a_dataset_backfill_killed_then_run_again_is_exact(broker, tmp_path) -> 
             proc.stdout.close()
         assert not finished or proc.returncode == 0, log.read_text()[-3000:]
         kills.append({"run": run, "after_tasks": after, "tasks_done": _tasks_done(log)})
+        if run == 0 and not finished:  # another dataset may not finish this one's fill
+            copy = tmp_path / "another.jsonl"
+            copy.write_text(dataset.read_text())
+            other = subprocess.run(
+                _command(app, copy), capture_output=True, env=child_env(), timeout=120
+            )
+            assert other.returncode == 2, other.stderr.decode()[-2000:]
+            assert b"did not finish: run it again with that dataset" in other.stderr
     proc, log = _run(app, dataset, KILLS)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, log.read_text()[-3000:]

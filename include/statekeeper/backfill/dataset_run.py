@@ -181,6 +181,7 @@ def prepare_dataset_backfill(
     from statekeeper.versions.fingerprint import fingerprint_of
 
     dataset_format(Path(path))  # a missing or unknown input fails before the broker is asked
+    path = Path(path).resolve()  # recorded in the takeover: a re-run names it the same
     app_id = settings.application_id
     url = running_app_status_url(settings)
     if url is not None:
@@ -194,7 +195,7 @@ def prepare_dataset_backfill(
     conf = consumer_config(settings.bootstrap_servers, group_id=f"{app_id}-backfill")
     root = state_root(settings.state_dir, app_id)
     changelogs = changelog_records(admin, conf, topology, app_id, timeout)
-    _check_fresh(settings, topology, root, changelogs)
+    _check_fresh(settings, topology, root, changelogs, Path(path))
 
     routing = Routing(dict(sources))
     if spark is not None:
@@ -278,13 +279,21 @@ def run_dataset_backfill(
     )
 
 
-def _check_fresh(settings: Any, topology: Any, root: Path, changelogs: dict[str, int]) -> None:
-    """Only a fresh app takes a dataset, or one that a dataset backfill which did not
-    finish left (its pending takeover record: the run goes on)."""
+def _check_fresh(
+    settings: Any, topology: Any, root: Path, changelogs: dict[str, int], path: Path
+) -> None:
+    """Only a fresh app takes a dataset, or one that a backfill from the same dataset which
+    did not finish left (its pending takeover record: the run goes on)."""
     from statekeeper.backfill.start import read_history
 
     own = read_takeover(takeover_path(root))
     if own is not None and "dataset" in own.extra and own.extra.get("pending"):
+        if own.extra["dataset"] != str(path):
+            raise ConfigError(
+                f"backfill --input: a backfill of app {settings.application_id} from "
+                f"{own.extra['dataset']} did not finish: run it again with that dataset, or "
+                "delete the app's state and changelogs to start over"
+            )
         return
     history = read_history(settings, topology, settings.checkpoint_path(), changelogs)
     reasons = [
