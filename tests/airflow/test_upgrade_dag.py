@@ -91,6 +91,11 @@ def test_cutover_then_rollback_through_the_dag(
 
 
 @pytest.mark.chaos
+def _has_committed(task: dict) -> bool:
+    batch = task.get("committed_batch_id")
+    return batch is not None and batch >= 0
+
+
 def test_shadow_upgrade_through_the_dag(airflow_db, broker, tmp_path, monkeypatch, request) -> None:
     """mode=shadow with real apps: word_count runs (Spark, a child process); the DAG migrates
     its state while it runs, launches word_count_v2 beside it (spark-submit on local[2], the
@@ -137,7 +142,16 @@ def test_shadow_upgrade_through_the_dag(airflow_db, broker, tmp_path, monkeypatc
     )
     v1.start()
     request.addfinalizer(v1.kill9)
-    v1.wait_for(lambda s: s.get("state") == "RUNNING" and pending_records(s) == 0, 240)
+    # Caught up and committed: the migration reads v1's last commit, not what it processed.
+    v1.wait_for(
+        lambda s: (
+            s.get("state") == "RUNNING"
+            and pending_records(s) == 0
+            and bool(s.get("tasks"))
+            and all(_has_committed(t) for t in s["tasks"].values())
+        ),
+        240,
+    )
 
     # Lines that come after the migration: v1 (running) and v2 (from its takeover) read them.
     root = state_dir / v2_id

@@ -57,6 +57,25 @@ def _caught_up(status_file: Path, batches_after: int = -1, timeout_s: float = 24
     raise AssertionError(f"{status_file} not caught up after {timeout_s:.0f} s")
 
 
+def _committed(status_file: Path, timeout_s: float = 120) -> None:
+    """Every task of the app has committed (a fast app can be caught up before it has)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            tasks = json.loads(status_file.read_text()).get("tasks") or {}
+        except (OSError, ValueError):
+            tasks = {}
+        if tasks and all(_has_committed(t) for t in tasks.values()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{status_file}: not every task committed after {timeout_s:.0f} s")
+
+
+def _has_committed(task: dict) -> bool:
+    batch = task.get("committed_batch_id")
+    return batch is not None and batch >= 0
+
+
 def _last_batch(status_file: Path) -> int:
     try:
         return (json.loads(status_file.read_text()).get("last_batch") or {}).get("batch_id", -1)
@@ -120,6 +139,7 @@ def test_a_shadow_run_is_diffed_then_cut_over(broker, tmp_path, capsys) -> None:
     new = None
     try:
         _caught_up(v1_status)
+        _committed(v1_status)  # the migration reads v1's last commit, not what it processed
         # Migrated while v1 runs: v2 takes over at this point and runs beside it.
         code, out = _cli(["upgrade", "migrate", *versions, "--local", *common], capsys)
         assert code == 0, out.err
