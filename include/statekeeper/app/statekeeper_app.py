@@ -120,7 +120,12 @@ class StatekeeperApp:
         self.checkpoint = settings.checkpoint_path()
         self.board = StatusBoard(self.app_id, settings.status_path().absolute())
         self.board.add_provider(self._live_status)
-        self.machine.add_listener(lambda new, _old: self.board.update(state=new.value))
+        # The error goes in the same status write as ERROR: a reader never sees one alone.
+        self.machine.add_listener(
+            lambda new, _old: self.board.update(
+                state=new.value, **({"error": self.machine.error} if new is AppState.ERROR else {})
+            )
+        )
         self._server: StatusServer | None = None
         self._batch_lock = threading.Lock()
         self._stop_requested = threading.Event()
