@@ -12,9 +12,10 @@ own stops without writing (``StaleEpochError``): two drivers of one app cannot b
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
+
+from statekeeper.atomic_file import replace_text
 
 #: Epochs of one run: generation * EPOCH_STRIDE + placement epoch (moves of a task per run
 #: stay far below it).
@@ -35,8 +36,5 @@ def next_epoch_base(checkpoint_dir: Path) -> int:
             f"{path} is unreadable ({exc}); delete it to start a new generation"
         ) from exc
     generation = max(previous + 1, int(time.time()))
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    temp = path.with_suffix(f".tmp{os.getpid()}")
-    temp.write_text(json.dumps({"generation": generation}))
-    os.replace(temp, path)
+    replace_text(path, json.dumps({"generation": generation}))
     return generation * EPOCH_STRIDE

@@ -12,12 +12,12 @@ app's query, the backfill's and the stream's, passes them as ``startingOffsets``
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.errors import StatekeeperError
 from statekeeper.spark.offset_planning import TP, offsets_from_dict, offsets_to_dict
 
@@ -44,9 +44,7 @@ def record_start(checkpoint: Path, offsets: dict[TP, int], chosen_by: str) -> Re
         "chosen_by": chosen_by,
         "recorded_at": time.time(),
     }
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps(doc, indent=1, sort_keys=True))
-    os.replace(temp, path)
+    replace_text(path, json.dumps(doc, indent=1, sort_keys=True))
     return RecordedStart(dict(offsets), chosen_by)
 
 

@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from statekeeper.atomic_file import replace_text
+
 log = logging.getLogger("statekeeper.status")
 
 
@@ -72,12 +74,9 @@ class StatusBoard:
         """Atomically replace the status file (write + rename), if one is configured."""
         if self.file is None:
             return
-        self.file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.file.with_name(self.file.name + ".tmp")
         text = json.dumps(self.snapshot(), indent=2, sort_keys=True, default=str)
         with self._write_lock:
-            tmp.write_text(text)
-            os.replace(tmp, self.file)
+            replace_text(self.file, text)
 
 
 #: A POST action: the request's JSON body (``{}`` when empty) -> (HTTP code, JSON answer).

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.kafka.model import OffsetRange
 from statekeeper.versions.takeover import (
     Takeover,
@@ -77,9 +77,7 @@ def record_first_batch(checkpoint: Path, ranges: list[OffsetRange]) -> list[Offs
     recorded = read_first_batch(checkpoint)
     if recorded is not None:
         return recorded
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps([[r.topic, r.partition, r.start, r.end] for r in ranges]))
-    os.replace(temp, path)
+    replace_text(path, json.dumps([[r.topic, r.partition, r.start, r.end] for r in ranges]))
     return ranges
 
 

@@ -13,6 +13,7 @@ the app's fingerprint and the final takeover.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,7 +225,7 @@ def prepare_dataset_backfill(
         takeover_offsets=takeover_offsets(shape, stats, starts, ends),
         repartition_ends=repartition_ends,
         partitions=dict(plan.partitions),
-        tasks=_task_counts(plan.tasks),
+        tasks=dict(Counter(sub for sub, _ in plan.tasks)),
         fingerprint=fingerprint_of(topology, app_id, dict(sources)).to_dict(),
         snapshot=snapshot,
     )
@@ -391,13 +392,6 @@ def _has_windows(topology: Any) -> bool:
     return any(
         s.kind == "window" for sub in topology.subtopologies for s in topology.store_specs(sub.id)
     )
-
-
-def _task_counts(tasks: list[tuple[int, int]]) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for sub, _ in tasks:
-        counts[sub] = counts.get(sub, 0) + 1
-    return counts
 
 
 def _existing(admin: Any, tps: list[tuple[str, int]], timeout: float) -> set[str]:

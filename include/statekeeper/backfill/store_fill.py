@@ -31,7 +31,6 @@ the stream (it starts from the beginning anyway).
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.errors import ConfigError
 from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.model import OffsetRange, tp_key
@@ -301,10 +301,4 @@ class _Fills:
     def mark_pending(self, store: str, task_id: str, batch: int, offsets: dict[str, int]) -> None:
         data = self._read()
         data.setdefault(store, {})[task_id] = {"batch_id": batch, "offsets": dict(offsets)}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(temp, "w", encoding="utf-8") as out:
-            out.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, self.path)
+        replace_text(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n", durable=True)

@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.cluster.executor import EXECUTOR_STATE_DIR_ENV
 from statekeeper.errors import StatekeeperError
 from statekeeper.process_identity import HoldsProcessIdentity, ProcessIdentity
@@ -607,9 +608,7 @@ class LocalSparkCluster:
             "config": cfg,
         }
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(document, indent=2) + "\n")
-        os.replace(tmp, self.state_file)  # a concurrent status never reads half a file
+        replace_text(self.state_file, json.dumps(document, indent=2) + "\n")
 
     @classmethod
     def attach(cls, base_dir: Path) -> LocalSparkCluster:

@@ -35,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.errors import BrokerUnavailableError
 from statekeeper.process_identity import NO_START, ProcessIdentity
 
@@ -560,9 +561,7 @@ def _remove_run_files(run_dir: Path) -> None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)  # atomic: a concurrent `status` never reads half a file
+    replace_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -4,10 +4,10 @@ under the epoch it was opened with (a copy that is not is stale: never committed
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.cluster.executor import executor_dir
 from statekeeper.placement.assignment import Assignment
 
@@ -26,9 +26,7 @@ def publish_assignment(state_dir: Path, assignment: Assignment) -> None:
         and current.version > assignment.version
     ):
         return
-    tmp = folder / f"{_FILE}.{os.getpid()}"
-    tmp.write_text(assignment.to_json())
-    os.replace(tmp, folder / _FILE)
+    replace_text(folder / _FILE, assignment.to_json())
 
 
 def read_assignment(state_dir: Path, application_id: str) -> Assignment | None:

@@ -16,10 +16,10 @@ var/platform/
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.errors import ConfigError
 
 #: The repo this package is installed from (editable install): dags/, plugins/, spark_apps/.
@@ -118,11 +118,8 @@ class PlatformConfig:
 
     def save(self) -> None:
         """Record the ports and folders, so `status` and `down` need no flags."""
-        self.root.mkdir(parents=True, exist_ok=True)
         data = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
-        tmp = self.root / (CONFIG_FILE + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.root / CONFIG_FILE)
+        replace_text(self.root / CONFIG_FILE, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, root: Path | str = DEFAULT_ROOT, **overrides: object) -> PlatformConfig:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.process_identity import HoldsProcessIdentity, ProcessIdentity
 from statekeeper.procfs import all_pids, group_members, parent_pid, start_ticks
 
@@ -50,9 +51,7 @@ class ProcessRecord(HoldsProcessIdentity):
 
     def write(self, path: Path) -> None:
         """Write atomically, so a concurrent ``status`` never reads half a file."""
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        os.replace(tmp, path)
+        replace_text(path, json.dumps(self.to_json(), indent=2) + "\n")
 
     def alive(self) -> bool:
         """True while the recorded process (not a later one with its pid) runs."""

@@ -7,9 +7,10 @@ data (invariant 3); this file is for operators and tools, written after each com
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from statekeeper.atomic_file import replace_text
 
 
 def write_checkpoint(path: Path, entries: dict[str, dict[str, Any]]) -> None:
@@ -21,9 +22,7 @@ def write_checkpoint(path: Path, entries: dict[str, dict[str, Any]]) -> None:
     for _store, entry in sorted(entries.items()):
         lines.append(f"{entry['topic']} {entry['partition']} {entry['offset']}")
     lines.append("# " + json.dumps(entries, sort_keys=True))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+    replace_text(path, "\n".join(lines) + "\n")
 
 
 def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:

@@ -7,12 +7,12 @@ Tasks restore on Spark executors; the driver's status endpoint reads these small
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.changelog.listeners import BaseRestoreListener
 
 PROGRESS_FILE = ".restore-progress.json"
@@ -78,10 +78,7 @@ class RestoreProgressFile(BaseRestoreListener):
         self._last_write = now
         with self._lock:
             doc = {"updated_at": time.time(), "stores": json.loads(json.dumps(self._stores))}
-        self.task_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.task_dir / (PROGRESS_FILE + ".tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, self.task_dir / PROGRESS_FILE)
+        replace_text(self.task_dir / PROGRESS_FILE, json.dumps(doc))
 
 
 def read_restore_progress(task_dir: Path) -> dict[str, Any] | None:

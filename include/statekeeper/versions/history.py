@@ -12,12 +12,12 @@ finds it gone knows it was not a crash.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.errors import StatekeeperError
 
 UPGRADES_FILE = "upgrades.json"
@@ -89,14 +89,8 @@ def record_event(roots: list[Path], event: UpgradeEvent) -> None:
         raise ValueError(f"unknown upgrade event kind {event.kind!r}")
     for root in roots:
         events = read_history(root) + [event]
-        path = history_path(root)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temp.write_text(
-            json.dumps({"events": [e.to_json() for e in events[-KEEP:]]}, indent=1) + "\n",
-            encoding="utf-8",
-        )
-        os.replace(temp, path)
+        doc = {"events": [e.to_json() for e in events[-KEEP:]]}
+        replace_text(history_path(root), json.dumps(doc, indent=1) + "\n")
 
 
 def active_override(root: Path, application_id: str) -> tuple[bool, UpgradeEvent] | None:

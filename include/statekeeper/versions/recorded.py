@@ -7,9 +7,9 @@ names the topology the state in that root was last written by.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.versions.fingerprint import FingerprintError, TopologyFingerprint
 
 TOPOLOGY_FILE = "topology.json"
@@ -40,12 +40,5 @@ def read_recorded(root: Path) -> TopologyFingerprint | None:
 
 def write_recorded(root: Path, fingerprint: TopologyFingerprint) -> Path:
     """Record ``fingerprint`` in the state root ``root`` (created if missing)."""
-    path = recorded_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temp, "w", encoding="utf-8") as out:
-        out.write(fingerprint.to_json() + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, path)
+    path = replace_text(recorded_path(root), fingerprint.to_json() + "\n", durable=True)
     return path

@@ -29,11 +29,11 @@ in the state root does not change a running version's numbering.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.model import OffsetRange
 
@@ -186,15 +186,8 @@ def read_takeover(path: Path) -> Takeover | None:
 
 def write_takeover(path: Path, takeover: Takeover) -> Path:
     """Write ``takeover`` at ``path`` atomically (a reader sees the old file or the new)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temp, "w", encoding="utf-8") as out:
-        out.write(json.dumps(takeover.to_dict(), indent=1, sort_keys=True) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, path)
-    return path
+    text = json.dumps(takeover.to_dict(), indent=1, sort_keys=True) + "\n"
+    return replace_text(path, text, durable=True)
 
 
 def _str_keys(offsets: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:

@@ -9,18 +9,16 @@ every execution of a batch, so a claim never outlives a failed attempt.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from statekeeper.atomic_file import replace_text
 
 CLAIM_FILE = ".claim"
 
 
 def claim(task_dir: Path, job: str) -> None:
     """Mark ``task_dir``'s task as run in ``job`` (call with the task lock held)."""
-    task_dir.mkdir(parents=True, exist_ok=True)
-    tmp = task_dir / f"{CLAIM_FILE}.{os.getpid()}"
-    tmp.write_text(job)
-    os.replace(tmp, task_dir / CLAIM_FILE)  # readers never see a partial id
+    replace_text(task_dir / CLAIM_FILE, job)  # readers never see a partial id
 
 
 def is_claimed(task_dir: Path, job: str) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from statekeeper.atomic_file import replace_text
 from statekeeper.cluster.executor import ExecutorIdentity, executor_dir
 from statekeeper.placement.assignment import Assignment
 from statekeeper.placement.published import read_assignment
@@ -173,9 +174,7 @@ class ExecutorServicesHost:
 
     def _write_report(self) -> None:
         folder = executor_dir(self.state_dir, self.settings.application_id)
-        tmp = folder / f"report.json.{os.getpid()}"
-        tmp.write_text(json.dumps(self.report(), sort_keys=True))
-        os.replace(tmp, folder / "report.json")
+        replace_text(folder / "report.json", json.dumps(self.report(), sort_keys=True))
 
     def close(self) -> None:
         self._stop.set()

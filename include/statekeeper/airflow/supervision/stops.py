@@ -21,11 +21,12 @@ finds its own. No Airflow, no processes: plain files.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from statekeeper.atomic_file import replace_text
 
 #: The file beside the app's status file.
 STOP_FILE = "intended_stop.json"
@@ -102,12 +103,8 @@ def record_intended_stop(
         for s in read_intended_stops(app_dir)
         if (s.pid, s.start_ticks) != (stop.pid, stop.start_ticks)
     ]
-    path = stop_file(app_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     doc = {"stops": [s.to_json() for s in [stop, *older][:KEEP]]}
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    os.replace(tmp, path)
+    replace_text(stop_file(app_dir), json.dumps(doc, indent=2) + "\n")
     return stop
 
 

@@ -11,13 +11,13 @@ the record, so readers need no Airflow metadata database. No Airflow here.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from statekeeper.airflow.supervision.policy import SupervisionConfig, SupervisionRecord
+from statekeeper.atomic_file import replace_text
 
 #: The copy of the supervision record, beside the app's status file.
 SUPERVISION_FILE = "supervision.json"
@@ -57,9 +57,7 @@ def write_supervision_file(
         "restart_window_s": config.restart_window_s,
         "max_restarts": config.max_restarts,
     }
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    replace_text(path, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def read_supervision_file(app_dir: str | Path) -> dict[str, Any] | None:
