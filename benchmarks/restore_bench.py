@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from process_memory import peak_rss_by_role  # this script's folder is on sys.path
 
 from statekeeper.changelog.records import MARKER_KEY, CommitMarker, changelog_topic
 from statekeeper.changelog.restorer import ChangelogRestorer, RestoreJob
@@ -132,6 +133,8 @@ def main() -> None:
             part_n, part_s, (part_keys, part_outcomes) = restore(
                 bootstrap, work, topic, args.threads
             )
+            # The restores run in this process: its peak covers them (and the produce).
+            peak_rss = peak_rss_by_role()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -155,6 +158,7 @@ def main() -> None:
         "partial_restore_full": any(o.full for o in part_outcomes),
         "full_vs_raw": round(full_n / full_s / raw_rps, 3),
         "partial_vs_raw": round(part_n / part_s / raw_rps, 3),
+        "peak_rss": peak_rss,
         "python": platform.python_version(),
         "cpus": __import__("os").cpu_count(),
     }

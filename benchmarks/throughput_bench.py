@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from process_memory import peak_rss_by_role  # this script's folder is on sys.path
 
 from statekeeper.kafka.adapter import consumer_config, producer_config
 from statekeeper.kafka.admin import ensure_topic, make_admin
@@ -372,6 +373,7 @@ def run_peer(
     if not result["complete"]:
         result["timed_out_after_s"] = timeout_s
     say(f"{name}: steady {result['steady_rps']} rec/s, from start {result['from_start_rps']}")
+    result["peak_rss"] = peak_rss_by_role()  # every process so far, by role
     return result
 
 
@@ -409,7 +411,7 @@ def count_topology(topic: str, store_type: str = "rocksdb") -> Any:
 def run_statekeeper(
     bootstrap: str,
     topic: str,
-    batch: int,
+    batch: int | None,
     expected: int,
     work: Path,
     *,
@@ -417,37 +419,51 @@ def run_statekeeper(
     timeout_s: float,
     store_type: str = "rocksdb",
     commit_interval_ms: int | None = None,
+    live: LiveInput | None = None,
 ) -> dict[str, Any]:
+    """statekeeper over ``expected`` records of ``topic``: in ``batch``-record micro-batches,
+    or (``batch`` None) with the default settings, adaptive batches. ``live``: once the
+    backlog is done, input at a steady rate (the caught-up batches' latency)."""
     from statekeeper.app.statekeeper_app import StatekeeperApp
     from statekeeper.app.store_reader import read_store
     from statekeeper.settings import StatekeeperSettings
 
-    app_id = f"tput-{work.name}-{batch}"  # own changelogs per run (warm-up, main, large)
+    label = "adaptive" if batch is None else str(batch)
+    app_id = f"tput-{work.name}-{label}"  # own changelogs per run (warm-up, main, large)
+    fixed = {} if batch is None else {"max_records_per_batch": batch, "adaptive_batches": False}
     settings = StatekeeperSettings(
         bootstrap_servers=bootstrap,
         application_id=app_id,
         state_dir=work / "state",
         checkpoint_dir=work / "checkpoints",
-        max_records_per_batch=batch,
         trigger_interval_ms=trigger_ms,
         starting_offsets="earliest",
         status_port=None,
+        **fixed,
         **({} if commit_interval_ms is None else {"commit_interval_ms": commit_interval_ms}),
     )
     topology = count_topology(topic, store_type)
     # The app keeps its last recent_batches batches: room for every batch of this run.
-    app = StatekeeperApp(topology, settings, recent_batches=expected // batch + 1_000)
+    app = StatekeeperApp(topology, settings, recent_batches=expected // (batch or 1_000) + 5_000)
     settled_s = settle()
-    say(f"statekeeper: starting, {batch}-record batches ({expected} records)")
+    say(f"statekeeper: starting, {label} batches ({expected} records)")
     watchdog = threading.Timer(timeout_s, app.stop)
     watchdog.daemon = True
     watchdog.start()
     load_before = os.getloadavg()[0]
     started = time.time()
+    feeder = None
+    if live is not None:
+        feeder = threading.Thread(target=live.feed_after, args=(app, expected), daemon=True)
+        feeder.start()
     try:
-        app.run(stop_when_idle=True, idle_s=1.0)
+        app.run(stop_when_idle=True, idle_s=1.0 if live is None else 3.0)
     finally:
         watchdog.cancel()
+        if live is not None:
+            live.stop.set()
+            assert feeder is not None
+            feeder.join(30)
     spark_batches = {b["batch_id"]: b for b in progress_batches(app.recent_progress)}
     batches = []
     for b in app.batches:
@@ -460,9 +476,19 @@ def run_statekeeper(
                 "seconds": p["seconds"] if p else b["seconds"],
                 "foreach_batch_s": b["seconds"],
                 "end": p["end"] if p else b["finished_at"],
+                "limit": b.get("records_limit"),
             }
         )
+    live_batches = []
+    if live is not None and live.started_at is not None:
+        # Batches that ended after the live input began are the caught-up phase.
+        live_batches = [b for b in batches if b["end"] > live.started_at]
+        batches = [b for b in batches if b["end"] <= live.started_at]
     result = summarise(batches, started, expected)
+    if batch is None:
+        result["batch_limits"] = [b["limit"] for b in batches if b["records"] > 0]
+    if live is not None:
+        result["live"] = live.summary(live_batches)
     # Task runs after the first batch that had to reopen their stores (Spark ran them in
     # another Python worker than the one holding them open).
     result["cold_task_runs_after_first"] = sum(
@@ -480,13 +506,70 @@ def run_statekeeper(
         )
     result["store_type"] = store_type
     result["commit_interval_ms"] = settings.commit_interval_ms
+    if live is not None:
+        # The state counts the live records too.
+        result["records"] += live.sent
     t0 = time.perf_counter()
     counts = read_store(settings, topology, STORE, PARTITIONS)
     result["state_total"] = int(sum(counts.values()))
     result["state_keys"] = len(counts)
     result["state_read_s"] = round(time.perf_counter() - t0, 3)
     say(f"statekeeper: steady {result['steady_rps']} rec/s, from start {result['from_start_rps']}")
+    result["peak_rss"] = peak_rss_by_role()  # every process so far, by role
     return result
+
+
+class LiveInput:
+    """Input at a steady rate once an app has processed its backlog: the caught-up phase,
+    whose batches show the latency a running app adds (records of the existing keys)."""
+
+    def __init__(self, bootstrap: str, topic: str, ids: Any, rate: int, seconds: float) -> None:
+        self.bootstrap, self.topic, self.ids = bootstrap, topic, ids
+        self.rate, self.seconds = rate, seconds
+        self.stop = threading.Event()
+        self.started_at: float | None = None
+        self.sent = 0
+
+    def feed_after(self, app: Any, backlog: int) -> None:
+        """Wait (bounded by the app's run) until ``app`` processed ``backlog`` records, then
+        send ``rate`` records/s for ``seconds`` in 100 ms slices."""
+        while not self.stop.is_set() and sum(b["records"] for b in app.batches) < backlog:
+            time.sleep(0.05)
+        if self.stop.is_set():
+            return
+        producer = Producer(producer_config(self.bootstrap, **{"linger.ms": 5}))
+        self.started_at = time.time()
+        ids = self.ids.tolist()
+        per_slice = max(1, self.rate // 10)
+        for slice_no in range(int(self.seconds * 10)):
+            if self.stop.is_set():
+                break
+            for _ in range(per_slice):
+                key = ids[self.sent % len(ids)]
+                producer.produce(self.topic, b"live", b"k%06d" % key, key % PARTITIONS)
+                self.sent += 1
+            producer.poll(0)
+            pause = self.started_at + (slice_no + 1) / 10 - time.time()
+            if pause > 0:
+                time.sleep(pause)
+        producer.flush(30)
+
+    def summary(self, batches: list[dict[str, Any]]) -> dict[str, Any]:
+        """The caught-up phase: its rate, and its batches' latency (trigger → commit)."""
+        secs = [b["seconds"] for b in batches if b["records"] > 0]
+        return {
+            "rate_rps": self.rate,
+            "seconds": self.seconds,
+            "records_sent": self.sent,
+            "batches": len(secs),
+            "p50_batch_latency_s": round(statistics.median(secs), 3) if secs else None,
+            "max_batch_latency_s": round(max(secs), 3) if secs else None,
+            "batch_records_median": statistics.median(
+                [b["records"] for b in batches if b["records"] > 0]
+            )
+            if secs
+            else None,
+        }
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -539,8 +622,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma list of: sk,sk-every-batch,sk-memory,jvm,jvm-rocksdb,large,tws,apply",
+        help="comma list of: sk,sk-every-batch,sk-memory,jvm,jvm-rocksdb,large,tws,apply,adaptive",
     )
+    parser.add_argument(
+        "--live-rate",
+        type=int,
+        default=20_000,
+        help="records/s of the caught-up phase after the adaptive contenders' backlog",
+    )
+    parser.add_argument("--live-s", type=float, default=15.0, help="seconds of that phase")
     parser.add_argument(
         "--no-warmup",
         dest="warmup",
@@ -558,6 +648,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--output", help="also write the JSON here")
     return parser.parse_args()
 
+
+#: Adaptive batches (the defaults) and fixed 250k-record batches, each over its own copy of
+#: the input with a live phase after the backlog.
+ADAPTIVE = (
+    ("statekeeper_adaptive", None, "tput-input-adaptive"),
+    ("statekeeper_fixed_250k", 250_000, "tput-input-fixed"),
+)
 
 FAST = (
     # name, --skip flag, statekeeper store type or JVM state store provider, statekeeper's
@@ -618,6 +715,36 @@ def run_fast(
     return out
 
 
+def adaptive_ratios(
+    c: dict[str, dict[str, Any]], raw_rps: float, large: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Adaptive batches (default settings) against raw consume, the JVM count at both batch
+    sizes, and fixed 250k batches; caught-up latency against the fixed batches'."""
+    adaptive, fixed = c.get("statekeeper_adaptive"), c.get("statekeeper_fixed_250k")
+    if not adaptive:
+        return None
+    jvm = pooled_steady_rps(c.get("jvm_count"), c.get("jvm_count" + ROUND2))
+    jvm_rounds = [c.get(n, {}).get("steady_rps") for n in ("jvm_count", "jvm_count" + ROUND2)]
+    rps = adaptive.get("steady_rps")
+
+    def p50(run: dict[str, Any] | None) -> Any:
+        return ((run or {}).get("live") or {}).get("p50_batch_latency_s")
+
+    return {
+        "steady_rps": rps,
+        "from_start_rps": adaptive.get("from_start_rps"),
+        "vs_raw_consume": ratio(rps, raw_rps),
+        "from_start_vs_raw_consume": ratio(adaptive.get("from_start_rps"), raw_rps),
+        "vs_jvm_count_50k": ratio(rps, jvm),
+        "vs_jvm_count_50k_rounds": [ratio(rps, r) for r in jvm_rounds if r],
+        "vs_jvm_count_large": ratio(rps, (large.get("jvm_count") or {}).get("steady_rps")),
+        "vs_fixed_250k": ratio(rps, (fixed or {}).get("steady_rps")),
+        "caught_up_p50_batch_latency_s": p50(adaptive),
+        "fixed_250k_caught_up_p50_batch_latency_s": p50(fixed),
+        "batch_limits": adaptive.get("batch_limits"),
+    }
+
+
 def pooled_steady_rps(*runs: dict[str, Any] | None) -> int | None:
     """The steady rate of several runs of one contender taken together: all their records
     after each run's first batch over all their seconds."""
@@ -669,7 +796,7 @@ def fast_ratios(c: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_contenders(
-    args: argparse.Namespace, bootstrap: str, work: Path, budget: Budget
+    args: argparse.Namespace, bootstrap: str, work: Path, budget: Budget, ids: Any
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Every Spark contender, one after the other on one session: the main comparison
     (statekeeper and JVM count first, then the slow Python stateful peers on what is left of
@@ -738,6 +865,14 @@ def run_contenders(
     results.update(
         run_fast(spark, bootstrap, args.batch, n, work / "main", skip, opts, mirrored=True)
     )
+    if "adaptive" not in skip:
+        # Default settings (adaptive batches) against fixed 250k batches (the default before),
+        # each on its own copy of the input: its live phase appends to it.
+        for name, batch, topic in ADAPTIVE:
+            live = LiveInput(bootstrap, topic, ids, args.live_rate, args.live_s)
+            results[name] = run_statekeeper(
+                bootstrap, topic, batch, n, work / name, live=live, **opts()
+            )
     reserve = LARGE_RESERVE_S if run_large else 0.0
     if "tws" not in skip:
         # transformWithStateInPandas is the slowest (~0.7-0.9k rows/s): 60 % of what is left.
@@ -810,6 +945,10 @@ def main() -> None:
             say(f"producing {args.records} records ({result['distinct_keys']} distinct keys)")
             result["produce_rps"] = round(args.records / produce(bootstrap, TOPIC, ids))
             produce(bootstrap, PREFIX_TOPIC, ids[: args.prefix_records])
+            if "adaptive" not in args.skip.split(","):
+                for _, _, topic in ADAPTIVE:
+                    ensure_topic(admin, topic, PARTITIONS)
+                    produce(bootstrap, topic, ids)
 
             raw = [raw_consume(bootstrap, TOPIC) for _ in range(2)]
             raw_n, raw_s = min(raw, key=lambda r: r[1])
@@ -818,7 +957,7 @@ def main() -> None:
             result["raw_consume_records"] = raw_n
             say(f"raw consume {result['raw_consume_rps']} rec/s")
 
-            contenders, large = run_contenders(args, bootstrap, work, budget)
+            contenders, large = run_contenders(args, bootstrap, work, budget, ids)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -849,6 +988,7 @@ def main() -> None:
             for c in [*contenders.values(), *(large.get(name, {}) for name, *_ in FAST)]
             if c
         ),
+        adaptive=adaptive_ratios(contenders, raw_rps, large),
         large_batch=large,
         contenders=contenders,
         seconds=round(time.perf_counter() - wall_started, 1),

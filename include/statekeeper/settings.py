@@ -80,7 +80,32 @@ class StatekeeperSettings(BaseSettings):
         "reads them back from Spark's offset log, which keeps the last 100 by default)",
     )
     max_records_per_batch: int = Field(
-        250_000, ge=1, description="Source records admitted per micro-batch (all partitions)"
+        2_000_000,
+        ge=1,
+        description="The most source records a micro-batch admits (all partitions): the "
+        "ceiling of adaptive batches, or every batch's limit with adaptive_batches off",
+    )
+    adaptive_batches: bool = Field(
+        True,
+        description="Grow the records per micro-batch under a backlog (each batch about "
+        "batch_target_ms), shrink them when caught up; bounded by min/max_records_per_batch "
+        "and batch_memory_mb (statekeeper.app.batch_sizing)",
+    )
+    min_records_per_batch: int = Field(
+        50_000,
+        ge=1,
+        description="Adaptive batches never admit fewer (a max_records_per_batch below it wins)",
+    )
+    batch_target_ms: int = Field(
+        2_000,
+        ge=50,
+        description="Under a backlog, adaptive batches aim at this processing time per batch",
+    )
+    batch_memory_mb: int = Field(
+        512,
+        ge=1,
+        description="What a micro-batch's records may take in the Python workers, all tasks "
+        "together: bounds adaptive batches by the sampled record size",
     )
     trigger_interval_ms: int = Field(
         500, ge=10, description="Micro-batch trigger interval (non-zero: an idle query polls)"

@@ -98,17 +98,21 @@ class BatchPlanner:
 
     # -- what the app calls --------------------------------------------------------------------
 
-    def plan_batch(self, batch_id: int, ranges: list[OffsetRange]) -> list[TaskRun]:
+    def plan_batch(
+        self, batch_id: int, ranges: list[OffsetRange], limit: int | None = None
+    ) -> list[TaskRun]:
         """The task runs of batch ``batch_id``, whose offset ranges are ``ranges``: every task
         with input, and every overdue task (a commit-only run); then the batch joins the
-        history. The first call after a start seeds the history first."""
+        history. ``limit``: the records the source admitted this batch under (adaptive
+        batches; default ``max_records_per_batch``). The first call after a start seeds the
+        history first."""
         if not self._seeded:
             self.seed(batch_id)
         batch_time = self._log.batch_time_ms(batch_id)
         by_task = self._group_by_task(ranges)
         # Fewer records than admission control allows: the source is caught up, so the
         # tasks commit now rather than keep a backlog while there is little to do.
-        caught_up = sum(r.count for r in ranges) < self._max_records
+        caught_up = sum(r.count for r in ranges) < (limit or self._max_records)
         oldest_kept = batch_id - self._max_uncommitted + 1
         runs = []
         for tid, (sub, partition) in sorted(self._task_keys.items()):

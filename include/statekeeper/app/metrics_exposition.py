@@ -14,7 +14,8 @@ Metrics and labels (``app`` on all of them):
   ``statekeeper_batches_total``, ``statekeeper_batch_duration_seconds`` (summary: count and
   sum of every batch), ``statekeeper_batch_duration_median_seconds`` (recent window),
   ``statekeeper_records_per_second`` (processing rate since start),
-  ``statekeeper_last_batch_{id,records,duration_seconds,timestamp_seconds}``;
+  ``statekeeper_last_batch_{id,records,duration_seconds,timestamp_seconds,records_limit}``,
+  ``statekeeper_batch_records_{limit,ceiling,memory_cap}`` (adaptive batches);
 - source lag: ``statekeeper_source_lag_records`` (task, topic, partition),
   ``statekeeper_task_source_lag_records`` (task);
 - commits: ``statekeeper_task_commit_duration_seconds`` (summary per task: commits this run
@@ -183,8 +184,24 @@ def _batch_metrics(app: str, doc: dict[str, Any]) -> Iterator[Metric]:
         ("statekeeper_last_batch_records", "records", "Records the last micro-batch processed"),
         ("statekeeper_last_batch_duration_seconds", "seconds", "The last micro-batch's time"),
         ("statekeeper_last_batch_timestamp_seconds", "finished_at", "When it finished (epoch s)"),
+        (
+            "statekeeper_last_batch_records_limit",
+            "records_limit",
+            "Source records the last micro-batch could admit (adaptive batches)",
+        ),
     ):
         yield from _gauge(name, help_text, app, last.get(key))
+    sizing = doc.get("batch_sizing") or {}
+    for name, key, help_text in (
+        ("statekeeper_batch_records_limit", "next_limit", "Records the next batch may admit"),
+        ("statekeeper_batch_records_ceiling", "ceiling", "max_records_per_batch"),
+        (
+            "statekeeper_batch_records_memory_cap",
+            "memory_cap",
+            "The batch size batch_memory_mb allows at the sampled record size",
+        ),
+    ):
+        yield from _gauge(name, help_text, app, sizing.get(key))
 
 
 def _gauge(name: str, help_text: str, app: str, value: Any) -> Iterator[Metric]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.app.batch_planner import BatchPlanner
+from statekeeper.app.batch_sizing import BatchSizing
 from statekeeper.app.batch_stats import DEFAULT_WINDOW, BatchStats
 from statekeeper.app.epoch_base import next_epoch_base
 from statekeeper.app.executor_reports import ExecutorReports
@@ -46,6 +47,7 @@ from statekeeper.kafka.model import OffsetRange
 from statekeeper.placement.driver import ExecutorPlacement, alive_executors, avoid_next_pass
 from statekeeper.processing.topology import CarriedInput, task_id
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.spark.batch_limit import LIMIT_FILE, LIMIT_FILE_OPTION, write_batch_limit
 from statekeeper.spark.checkpoint_log import (
     CheckpointBatchLog,
     first_batch_ranges,
@@ -137,6 +139,8 @@ class StatekeeperApp:
         self._stats = BatchStats(recent_batches)
         self._task_totals = TaskTotals()  # commits and store operations, per task
         self._last_batch_end = 0.0
+        #: Records the next micro-batch may admit (adaptive batches), handed to the source.
+        self._sizing = BatchSizing.from_settings(settings)
         self._started = time.time()
         self._opened: set[tuple[str, str]] = set()  # (task, executor) opened in this run
         self.placement = ExecutorPlacement(
@@ -473,6 +477,11 @@ class StatekeeperApp:
             .option("startingOffsets", starting)
             .option("maxRecordsPerBatch", str(s.max_records_per_batch))
         )
+        if s.adaptive_batches:
+            limit_file = self.checkpoint / LIMIT_FILE
+            write_batch_limit(limit_file, self._sizing.limit)
+            reader = reader.option(LIMIT_FILE_OPTION, str(limit_file))
+            self.board.update(batch_sizing=self._sizing.report())
         if self._stop_at is not None:
             reader = reader.option("stopAtOffsets", offsets_to_json(self._stop_at))
         if self._stop_at is not None or self._takeover is not None:
@@ -612,11 +621,27 @@ class StatekeeperApp:
         started: float,
     ) -> None:
         """Plan, run (``execute``) and record one batch; Spark-free given ``execute``."""
-        runs = self._with_snapshot(batch_id, self.planner.plan_batch(batch_id, ranges))
+        limit = self._sizing.limit  # what the source planned this batch under
+        runs = self._with_snapshot(batch_id, self.planner.plan_batch(batch_id, ranges, limit))
         results = execute(runs)
-        self._record(batch_id, runs, results, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        admitted = sum(r.count for r in ranges)
+        self._size_next_batch(admitted, results, seconds)
+        self._record(batch_id, runs, results, seconds, admitted=admitted, limit=limit)
         if self.state is AppState.RESTORING:
             self.machine.transition(AppState.RUNNING)
+
+    def _size_next_batch(self, admitted: int, results: list[TaskRunResult], seconds: float) -> None:
+        """Choose the next batch's record limit from this one (statekeeper.app.batch_sizing)
+        and hand it to the source before Spark plans that batch."""
+        sampled = [r.record_bytes_sampled for r in results if r.record_bytes_sampled is not None]
+        before = self._sizing.limit
+        limit = self._sizing.after_batch(
+            admitted, seconds, sum(sampled) / len(sampled) if sampled else None
+        )
+        if self.settings.adaptive_batches and limit != before:
+            write_batch_limit(self.checkpoint / LIMIT_FILE, limit)
+        self.board.update(batch_sizing=self._sizing.report())
 
     def _batch_ranges(self, ranges_df: Any, batch_id: int) -> list[OffsetRange]:
         """The batch's offset ranges: from Spark's offset log when it holds both ends, or
@@ -752,7 +777,14 @@ class StatekeeperApp:
         )
 
     def _record(
-        self, batch_id: int, runs: list[TaskRun], results: list[TaskRunResult], seconds: float
+        self,
+        batch_id: int,
+        runs: list[TaskRun],
+        results: list[TaskRunResult],
+        seconds: float,
+        *,
+        admitted: int | None = None,
+        limit: int | None = None,
     ) -> None:
         for run in runs:
             for r in run.ranges:
@@ -770,6 +802,8 @@ class StatekeeperApp:
             )
         self._note_committed(results)
         last = self._stats.record(batch_id, runs, results, seconds)
+        # Source records (all subscribed topics) the batch admitted, and under what limit.
+        last.update(records_admitted=admitted, records_limit=limit)
         self._last_batch_end = time.monotonic()
         self.board.update(last_batch=last, totals=dict(self._stats.totals))
         records = last["records"]

@@ -76,7 +76,11 @@ def prepare_backfill(
 
     app_id = settings.application_id
     records = max_records_per_batch or max(settings.max_records_per_batch, BACKFILL_MAX_RECORDS)
-    settings = settings.model_copy(update={"max_records_per_batch": records})
+    # A bounded history is all backlog: every batch admits the full size from the first
+    # (adaptive batches would start small and grow).
+    settings = settings.model_copy(
+        update={"max_records_per_batch": records, "adaptive_batches": False}
+    )
     topology = spec.build_topology()
     url = running_app_status_url(settings)
     if url is not None:

@@ -117,3 +117,23 @@ def _record(topic: str, partition: int, msg: Any) -> KafkaRecord:
         msg.value(),
         tuple(headers) if headers else (),
     )
+
+
+#: Records per partition :func:`sampled_payload_bytes` looks at.
+PAYLOAD_SAMPLE = 32
+
+
+def sampled_payload_bytes(runs: dict[str, Sequence[KafkaRecord]]) -> float | None:
+    """The mean key + value bytes of the first :data:`PAYLOAD_SAMPLE` records of each run
+    (None without records): what a batch's records weigh, for bounding batch sizes."""
+    total = count = 0
+    for records in runs.values():
+        if isinstance(records, ConsumedRun):
+            head = records.messages[:PAYLOAD_SAMPLE]
+            keys, values = map(_key, head), map(_value, head)
+        else:
+            head = list(records[:PAYLOAD_SAMPLE])
+            keys, values = map(_KEY, head), map(_VALUE, head)
+        total += sum(len(k) for k in keys if k) + sum(len(v) for v in values if v)
+        count += len(head)
+    return total / count if count else None

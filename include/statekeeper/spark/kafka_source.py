@@ -64,6 +64,7 @@ from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.model import OffsetRange
 from statekeeper.kafka.offsets import LogEndReader, log_start_offsets
 from statekeeper.kafka.range_reader import iter_partition_runs
+from statekeeper.spark.batch_limit import read_batch_limit
 from statekeeper.spark.offset_planning import (
     LATEST,
     TP,
@@ -271,10 +272,17 @@ class _StreamPlanning(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _max_rows(self, limit: ReadLimit | None) -> int | None:
         if limit is None:
-            return self.options.max_records_per_batch
-        if isinstance(limit, ReadMaxRows):
-            return int(limit.max_rows)
-        return None  # ReadAllAvailable (Trigger.Once) and limits we cannot apply
+            ceiling = self.options.max_records_per_batch
+        elif isinstance(limit, ReadMaxRows):
+            ceiling = int(limit.max_rows)
+        else:
+            return None  # ReadAllAvailable (Trigger.Once) and limits we cannot apply
+        chosen = None
+        if self.options.batch_limit_file is not None:
+            chosen = read_batch_limit(self.options.batch_limit_file)
+        if chosen is None:
+            return ceiling
+        return chosen if ceiling is None else min(chosen, ceiling)
 
     @staticmethod
     def _check_no_data_loss(begin: dict[TP, int], available: dict[TP, int]) -> None:

@@ -180,6 +180,9 @@ class SourceOptions:
         stop_at: ``stopAtOffsets`` (streams only; JSON like ``startingOffsets``, offsets >= 0):
             no micro-batch reads a named partition past its offset, so the stream runs dry
             there (a bounded run: ``statekeeper backfill``). Unnamed partitions are not capped.
+        batch_limit_file: ``batchLimitFile`` (streams only): a file whose limit, when lower,
+            replaces ``max_records_per_batch`` for the next micro-batch (adaptive batches,
+            :mod:`statekeeper.spark.batch_limit`).
     """
 
     bootstrap: str
@@ -190,6 +193,7 @@ class SourceOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     kafka_overrides: dict[str, str] = field(default_factory=dict)
     stop_at: dict[TP, int] | None = None
+    batch_limit_file: str | None = None
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -219,6 +223,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     if not streaming:
         _check_batch_bounds(starting, ending)
     stop_at = _stop_at(opts, streaming)
+    limit_file = (opts.get("batchlimitfile") or "").strip() or None
+    if limit_file is not None and not streaming:
+        raise ConfigError("option 'batchLimitFile' is for streaming queries only")
     for spec, option in (
         (starting, "startingOffsets"),
         (ending, "endingOffsets"),
@@ -245,6 +252,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             if key.startswith("kafka.") and key != BOOTSTRAP_OPTION
         },
         stop_at=stop_at,
+        batch_limit_file=limit_file,
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from statekeeper.cluster.executor import current_executor, executor_state_dir
 from statekeeper.errors import StatekeeperError
 from statekeeper.kafka.adapter import consumer_config
+from statekeeper.kafka.consumed_run import sampled_payload_bytes
 from statekeeper.kafka.model import OffsetRange, tp_key
 from statekeeper.placement.assignment import Assignment
 from statekeeper.placement.published import still_placed_here
@@ -477,6 +478,7 @@ def _process(
     t0 = time.perf_counter()
     records = fetch.read_runs()
     timings["read"] = time.perf_counter() - t0
+    result.record_bytes_sampled = sampled_payload_bytes(records)
     t0 = time.perf_counter()
     # Records below the processed offsets (a partly committed re-run) are skipped here.
     batch = _stream_task(run, topology, services, state).process_batch(

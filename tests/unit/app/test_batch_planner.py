@@ -298,3 +298,18 @@ def test_runs_to_commit_held_at_stop_cover_only_tasks_with_unreported_batches() 
 
 def test_runs_to_commit_held_before_any_batch_is_empty() -> None:
     assert make_planner().runs_to_commit_held() == []
+
+
+def test_caught_up_is_judged_against_the_limit_the_batch_was_planned_under() -> None:
+    """Adaptive batches: a batch that filled its own (lower) limit has a backlog behind it,
+    so it does not force a commit; one below its limit does."""
+    planner = make_planner()
+    full_at_8 = planner.plan_batch(0, list(ranges("a/0:0-4 a/1:0-4")), limit=8)
+    assert [r.force_commit for r in full_at_8] == [False, False]
+    below_8 = planner.plan_batch(1, list(ranges("a/0:4-7 a/1:4-8")), limit=8)
+    assert [r.force_commit for r in below_8] == [True, True]
+    # Without a limit the ceiling (max_records_per_batch, 10) decides, as before.
+    assert [r.force_commit for r in planner.plan_batch(2, list(ranges("a/0:7-11 a/1:8-12")))] == [
+        True,
+        True,
+    ]

@@ -37,7 +37,14 @@ DOC: dict[str, Any] = {
         "batch_seconds_p50": 0.25,
         "batch_seconds_sum": 2.0,
     },
-    "last_batch": {"batch_id": 6, "records": 100, "seconds": 0.2, "finished_at": NOW - 1},
+    "last_batch": {
+        "batch_id": 6,
+        "records": 100,
+        "seconds": 0.2,
+        "finished_at": NOW - 1,
+        "records_limit": 4000,
+    },
+    "batch_sizing": {"next_limit": 16000, "ceiling": 2000000, "memory_cap": None},
     "source_partitions": [
         {"topic": "lines", "partition": 0, "task": "0_0", "position": 90, "end": 100},
         {"topic": "lines", "partition": 1, "task": "0_1", "position": 50, "end": 50},
@@ -96,6 +103,11 @@ def test_the_collector_exposes_the_status_document() -> None:
     assert _get(s, "statekeeper_batch_duration_seconds_count", **app) == 7
     assert _get(s, "statekeeper_batch_duration_seconds_sum", **app) == 2.0
     assert _get(s, "statekeeper_last_batch_id", **app) == 6
+    assert _get(s, "statekeeper_last_batch_records_limit", **app) == 4000
+    assert _get(s, "statekeeper_batch_records_limit", **app) == 16000
+    assert _get(s, "statekeeper_batch_records_ceiling", **app) == 2_000_000
+    # Not sampled yet: left out, not exposed as 0.
+    assert ("statekeeper_batch_records_memory_cap", (("app", "wc"),)) not in s
     lag = {**app, "task": "0_0", "topic": "lines", "partition": "0"}
     assert _get(s, "statekeeper_source_lag_records", **lag) == 10
     assert (

@@ -122,6 +122,7 @@ def test_option_keys_are_case_insensitive():
         ({**BASE, "maxrecordsperbatch": "ten"}, True, "'maxRecordsPerBatch' must be a positive"),
         ({**BASE, "timeoutseconds": "-1"}, True, "'timeoutSeconds'"),
         ({**BASE, "endingoffsets": "latest"}, True, "'endingOffsets' is for batch"),
+        ({**BASE, "batchlimitfile": "/tmp/x"}, False, "'batchLimitFile' is for streaming"),
         ({**BASE, "startingoffsets": "latest"}, False, "'latest' (-1) is not allowed"),
         ({**BASE, "startingoffsets": '{"a": {"0": -1}}'}, False, "is not allowed"),
         ({**BASE, "endingoffsets": "earliest"}, False, "'earliest' (-2) is not allowed"),
