@@ -480,10 +480,10 @@ def run_statekeeper(
             }
         )
     live_batches = []
-    if live is not None and live.started_at is not None:
-        # Batches that ended after the live input began are the caught-up phase.
-        live_batches = [b for b in batches if b["end"] > live.started_at]
-        batches = [b for b in batches if b["end"] <= live.started_at]
+    if live is not None and live.first_batch_id is not None:
+        # Batches after the one that finished the backlog are the caught-up phase.
+        live_batches = [b for b in batches if b["batch_id"] >= live.first_batch_id]
+        batches = [b for b in batches if b["batch_id"] < live.first_batch_id]
     result = summarise(batches, started, expected)
     if batch is None:
         result["batch_limits"] = [b["limit"] for b in batches if b["records"] > 0]
@@ -528,6 +528,8 @@ class LiveInput:
         self.rate, self.seconds = rate, seconds
         self.stop = threading.Event()
         self.started_at: float | None = None
+        #: The first batch that may hold live records (every earlier one was done before).
+        self.first_batch_id: int | None = None
         self.sent = 0
 
     def feed_after(self, app: Any, backlog: int) -> None:
@@ -538,6 +540,7 @@ class LiveInput:
         if self.stop.is_set():
             return
         producer = Producer(producer_config(self.bootstrap, **{"linger.ms": 5}))
+        self.first_batch_id = max(b["batch_id"] for b in app.batches) + 1
         self.started_at = time.time()
         ids = self.ids.tolist()
         per_slice = max(1, self.rate // 10)
