@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from statekeeper.errors import ConfigError
@@ -33,7 +33,17 @@ class StatekeeperSettings(BaseSettings):
         50_000, ge=1, description="Records per RocksDB WriteBatch while restoring"
     )
     block_cache_bytes: int = Field(
-        64 * 1024 * 1024, ge=0, description="RocksDB block cache shared by all stores"
+        128 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="RocksDB's memory bound per process (a Spark Python worker): one block "
+        "cache shared by all its stores, their memtables charged to it "
+        "(statekeeper.stores.rocksdb_memory)",
+    )
+    write_buffer_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="The memtables' share of block_cache_bytes, all stores of a process "
+        "together: past it RocksDB flushes the largest",
     )
     broker_timeout_s: float = Field(
         15.0, gt=0, description="How long to wait for the broker before failing"
@@ -217,6 +227,15 @@ class StatekeeperSettings(BaseSettings):
     )
     embedded_broker_port: int = Field(9092, ge=1, le=65535)
     embedded_broker_dir: Path = Field(Path("var/broker"), description="Embedded broker run dir")
+
+    @model_validator(mode="after")
+    def _check_memory(self) -> StatekeeperSettings:
+        if self.write_buffer_bytes > self.block_cache_bytes:
+            raise ValueError(
+                f"write_buffer_bytes ({self.write_buffer_bytes}) must not exceed "
+                f"block_cache_bytes ({self.block_cache_bytes}): the memtables are part of it"
+            )
+        return self
 
     @field_validator("bootstrap_servers")
     @classmethod

@@ -17,7 +17,7 @@ from statekeeper.state.directory import TaskDirectory
 from statekeeper.state.task_state_manager import StoreInstaller, TaskStateManager
 from statekeeper.state.transaction import StepHook
 from statekeeper.stores.builders import StoreSpec
-from statekeeper.stores.rocksdb import configure_block_cache
+from statekeeper.stores.rocksdb_memory import configure_rocksdb_memory
 
 
 class StateEnvironment:
@@ -37,7 +37,7 @@ class StateEnvironment:
         self.read_only = read_only
         if check_broker:
             wait_for_broker(settings.bootstrap_servers, settings.broker_timeout_s)
-        configure_block_cache(settings.block_cache_bytes)
+        configure_rocksdb_memory(settings.block_cache_bytes, settings.write_buffer_bytes)
         self.listener = CompositeRestoreListener([LoggingRestoreListener(), *(listeners or [])])
         self.writer = (
             None if read_only else ChangelogWriter(producer_config(settings.bootstrap_servers))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from operator import itemgetter
@@ -27,6 +26,7 @@ from statekeeper.stores.base import (
     in_range,
     merge_overlay,
 )
+from statekeeper.stores.rocksdb_memory import rocksdb_options
 
 DATA_CF = "default"
 META_CF = "statekeeper-meta"
@@ -37,9 +37,6 @@ _META_EPOCH = b"epoch"
 _META_VERIFIED = b"verified_offset"
 
 _first, _second = itemgetter(0), itemgetter(1)
-_cache_lock = threading.Lock()
-_shared_cache: rocksdict.Cache | None = None
-_shared_cache_bytes = 64 * 1024 * 1024
 
 
 def decode_metadata(get: Callable[[bytes], bytes | None]) -> StoreMetadata:
@@ -79,34 +76,6 @@ def scan_range(
         yield entry
 
 
-def configure_block_cache(capacity_bytes: int) -> None:
-    """Size the block cache shared by every RocksDB store of this process (before first open)."""
-    global _shared_cache_bytes
-    with _cache_lock:
-        _shared_cache_bytes = capacity_bytes
-        if _shared_cache is not None:
-            _shared_cache.set_capacity(capacity_bytes)
-
-
-def _block_cache() -> rocksdict.Cache:
-    global _shared_cache
-    with _cache_lock:
-        if _shared_cache is None:
-            _shared_cache = rocksdict.Cache(_shared_cache_bytes)
-        return _shared_cache
-
-
-def _options() -> rocksdict.Options:
-    opts = rocksdict.Options(raw_mode=True)
-    opts.create_if_missing(True)
-    opts.create_missing_column_families(True)
-    opts.set_paranoid_checks(True)
-    table = rocksdict.BlockBasedOptions()
-    table.set_block_cache(_block_cache())
-    opts.set_block_based_table_factory(table)
-    return opts
-
-
 def _stage(batch: rocksdict.WriteBatch, keys: list[bytes], values: list[Value]) -> None:
     """Puts (and deletes, for None values) into ``batch``; at C speed when there is no
     delete."""
@@ -139,7 +108,7 @@ class RocksDBKeyValueStore(ClosableMixin, KeyValueBytesStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = rocksdict.Rdict(
-                str(self.path), _options(), column_families={META_CF: _options()}
+                str(self.path), rocksdb_options(), column_families={META_CF: rocksdb_options()}
             )
             self._meta = self._db.get_column_family(META_CF)
             self._meta_handle = self._db.get_column_family_handle(META_CF)

@@ -77,6 +77,8 @@ class TaskRunResult:
     records_replayed: int = 0  # of backlog batches the state had not committed
     # Mean key + value bytes of a sample of the records read (adaptive batch sizes), or None.
     record_bytes_sampled: float | None = None
+    # RocksDB's bound and usage in the worker process that ran it (stores.rocksdb_memory).
+    rocksdb_memory: dict[str, Any] | None = None
     committed_offsets: dict[str, int] = field(default_factory=dict)
     restored: list[dict[str, Any]] = field(default_factory=list)
     # RocksDB's estimate (estimate-num-keys): tombstones and overwrites not yet compacted away

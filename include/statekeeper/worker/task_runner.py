@@ -32,6 +32,7 @@ from statekeeper.placement.assignment import Assignment
 from statekeeper.placement.published import still_placed_here
 from statekeeper.placement.shares import take_share
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.stores.rocksdb_memory import rocksdb_memory
 from statekeeper.worker.parked_tasks import ParkedTask
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
 
@@ -479,6 +480,7 @@ def _process(
     records = fetch.read_runs()
     timings["read"] = time.perf_counter() - t0
     result.record_bytes_sampled = sampled_payload_bytes(records)
+    result.rocksdb_memory = rocksdb_memory()
     t0 = time.perf_counter()
     # Records below the processed offsets (a partly committed re-run) are skipped here.
     batch = _stream_task(run, topology, services, state).process_batch(
