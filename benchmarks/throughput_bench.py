@@ -210,6 +210,8 @@ def progress_batches(progress: list[Any]) -> list[dict[str, Any]]:
                 "seconds": trigger_ms / 1000,
                 "add_batch_s": p.durationMs.get("addBatch", 0) / 1000,
                 "end": _epoch(p.timestamp) + trigger_ms / 1000,
+                # Spark's driver phases (latestOffset, queryPlanning, walCommit, addBatch, ...)
+                "durations_ms": dict(p.durationMs),
             }
         )
     return out
@@ -487,6 +489,10 @@ def run_statekeeper(
     result = summarise(batches, started, expected)
     if batch is None:
         result["batch_limits"] = [b["limit"] for b in batches if b["records"] > 0]
+    result["driver_profile_ms_p50"] = driver_profile(
+        [spark_batches.get(b["batch_id"]) for b in batches[1:]],
+        [b for b in app.batches[1 : len(batches)] if "driver_s" in b],
+    )
     if live is not None:
         result["live"] = live.summary(live_batches)
     # Task runs after the first batch that had to reopen their stores (Spark ran them in
@@ -517,6 +523,20 @@ def run_statekeeper(
     say(f"statekeeper: steady {result['steady_rps']} rec/s, from start {result['from_start_rps']}")
     result["peak_rss"] = peak_rss_by_role()  # every process so far, by role
     return result
+
+
+def driver_profile(spark_batches: list[dict[str, Any] | None], app_batches: list[Any]) -> dict:
+    """Where a batch's driver time goes (median ms over the steady batches): Spark's phases
+    of the trigger (its progress' ``durationMs``; ``addBatch`` is foreachBatch) and, inside
+    ``addBatch``, the app's (``driver_s``: ranges, plan, execute, record)."""
+    out: dict[str, float] = {}
+    spark = [b["durations_ms"] for b in spark_batches if b]
+    for key in sorted({k for d in spark for k in d}):
+        out[f"spark.{key}"] = round(statistics.median(d.get(key, 0) for d in spark), 1)
+    phases = [b["driver_s"] for b in app_batches]
+    for key in sorted({k for d in phases for k in d}):
+        out[f"app.{key}"] = round(statistics.median(d.get(key, 0) for d in phases) * 1000, 1)
+    return out
 
 
 class LiveInput:

@@ -53,6 +53,9 @@ def test_batches_grow_under_backlog_stay_within_their_limit_and_shrink_when_caug
     admitted = [b["records_admitted"] for b in batches]
     print("admitted/limit per batch:", list(zip(admitted, limits, strict=True)))
     assert limits[0] == 1_000
+    # The driver's time per phase of each batch (statekeeper_app._process_batch).
+    assert all(set(b["driver_s"]) == {"ranges", "plan", "execute", "record"} for b in batches)
+    assert all(b["driver_s"]["execute"] <= b["seconds"] for b in batches)
     # The source planned every batch under the limit the driver wrote for it.
     assert all(a <= lim for a, lim in zip(admitted, limits, strict=True)), (admitted, limits)
     # Full batches made the next one larger, up to the ceiling at most.

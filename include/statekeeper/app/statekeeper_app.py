@@ -624,14 +624,33 @@ class StatekeeperApp:
         execute: Callable[[list[TaskRun]], list[TaskRunResult]],
         started: float,
     ) -> None:
-        """Plan, run (``execute``) and record one batch; Spark-free given ``execute``."""
+        """Plan, run (``execute``) and record one batch; Spark-free given ``execute``. The
+        batch's entry in the status gets the driver's time per phase (``driver_s``: ranges
+        read until planning, planning, the Spark job with the tasks, recording)."""
         limit = self._sizing.limit  # what the source planned this batch under
+        t_plan = time.perf_counter()
         runs = self._with_snapshot(batch_id, self.planner.plan_batch(batch_id, ranges, limit))
+        t_execute = time.perf_counter()
         results = execute(runs)
-        seconds = time.perf_counter() - started
+        t_record = time.perf_counter()
+        seconds = t_record - started
         admitted = sum(r.count for r in ranges)
         self._size_next_batch(admitted, results, seconds)
-        self._record(batch_id, runs, results, seconds, admitted=admitted, limit=limit)
+        phases = {
+            "ranges": t_plan - started,
+            "plan": t_execute - t_plan,
+            "execute": t_record - t_execute,
+        }
+        self._record(
+            batch_id,
+            runs,
+            results,
+            seconds,
+            admitted=admitted,
+            limit=limit,
+            phases=phases,
+            record_started=t_record,
+        )
         if self.state is AppState.RESTORING:
             self.machine.transition(AppState.RUNNING)
 
@@ -808,6 +827,8 @@ class StatekeeperApp:
         *,
         admitted: int | None = None,
         limit: int | None = None,
+        phases: dict[str, float] | None = None,
+        record_started: float | None = None,
     ) -> None:
         for run in runs:
             for r in run.ranges:
@@ -828,6 +849,10 @@ class StatekeeperApp:
         last = self._stats.record(batch_id, runs, results, seconds)
         # Source records (all subscribed topics) the batch admitted, and under what limit.
         last.update(records_admitted=admitted, records_limit=limit)
+        if phases is not None:
+            if record_started is not None:
+                phases["record"] = time.perf_counter() - record_started
+            last["driver_s"] = {name: round(s, 4) for name, s in phases.items()}
         self._last_batch_end = time.monotonic()
         self.board.update(last_batch=last, totals=dict(self._stats.totals))
         records = last["records"]
