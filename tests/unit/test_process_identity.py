@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -134,6 +135,11 @@ def test_an_old_broker_json_names_bare_pids(sleeper: subprocess.Popen[bytes]) ->
     broker's while its command line named the program: a pid running something else is not."""
     named = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "tansu"])
     try:
+        # Until the child has exec'd, its command line is still this process's.
+        deadline = time.monotonic() + 10
+        while b"tansu" not in Path(f"/proc/{named.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline, "the child never exec'd"
+            time.sleep(0.01)
         old = _broker_state(ProcessIdentity.of(1), None).to_dict()
         del old["tansu"], old["s3"]
         old |= {"tansu_pid": named.pid, "s3_pid": sleeper.pid}
