@@ -41,6 +41,7 @@ from statekeeper.app.status import StatusBoard, StatusServer
 from statekeeper.app.takeover_start import ShiftedBatchLog, adopt_takeover, record_first_batch
 from statekeeper.app.task_totals import TaskTotals
 from statekeeper.app.topics import TopicPlan, prepare_topics, source_partitions
+from statekeeper.app.worker_memory import WorkerMemory
 from statekeeper.cluster.executor import DRIVER_EXECUTOR_ID
 from statekeeper.errors import ConfigError, StatekeeperError
 from statekeeper.kafka.model import OffsetRange
@@ -68,8 +69,6 @@ from statekeeper.worker.task_runner import (
 )
 
 log = logging.getLogger("statekeeper.app")
-#: Worker processes whose RocksDB memory the status keeps (the most recent).
-MAX_WORKERS_REPORTED = 64
 
 LAG_REFRESH_S = 2.0  # how often the driver re-reads source end offsets for the status
 #: Passes over a batch's runs before giving up: a run claimed by a Spark task attempt that
@@ -143,8 +142,7 @@ class StatekeeperApp:
         self._last_batch_end = 0.0
         #: Records the next micro-batch may admit (adaptive batches), handed to the source.
         self._sizing = BatchSizing.from_settings(settings)
-        #: Per worker process (executor/pid), RocksDB's bound and usage it last reported.
-        self._rocksdb_memory: dict[str, dict[str, Any]] = {}
+        self._worker_memory = WorkerMemory(settings)  # RocksDB's, per worker process
         self._started = time.time()
         self._opened: set[tuple[str, str]] = set()  # (task, executor) opened in this run
         self.placement = ExecutorPlacement(
@@ -654,25 +652,6 @@ class StatekeeperApp:
         if self.state is AppState.RESTORING:
             self.machine.transition(AppState.RUNNING)
 
-    def _note_rocksdb_memory(self, results: list[TaskRunResult]) -> None:
-        """RocksDB's bound per worker process and each one's last reported usage."""
-        for result in results:
-            if result.rocksdb_memory is not None:
-                where = f"{result.executor_id or 'driver'}/{result.worker_pid}"
-                self._rocksdb_memory.pop(where, None)  # newest last; gone workers age out
-                self._rocksdb_memory[where] = result.rocksdb_memory
-                while len(self._rocksdb_memory) > MAX_WORKERS_REPORTED:
-                    del self._rocksdb_memory[next(iter(self._rocksdb_memory))]
-        if self._rocksdb_memory:
-            s = self.settings
-            self.board.update(
-                rocksdb_memory={
-                    "block_cache_bytes_per_worker": s.block_cache_bytes,
-                    "write_buffer_bytes_per_worker": s.write_buffer_bytes,
-                    "workers": dict(sorted(self._rocksdb_memory.items())),
-                }
-            )
-
     def _size_next_batch(self, admitted: int, results: list[TaskRunResult], seconds: float) -> None:
         """Choose the next batch's record limit from this one (statekeeper.app.batch_sizing)
         and hand it to the source before Spark plans that batch."""
@@ -845,7 +824,8 @@ class StatekeeperApp:
                 seconds=result.seconds,
             )
         self._note_committed(results)
-        self._note_rocksdb_memory(results)
+        if self._worker_memory.note(results):
+            self.board.update(rocksdb_memory=self._worker_memory.report())
         last = self._stats.record(batch_id, runs, results, seconds)
         # Source records (all subscribed topics) the batch admitted, and under what limit.
         last.update(records_admitted=admitted, records_limit=limit)
