@@ -73,9 +73,10 @@ class BatchSizing:
         return max(1, int(self.memory_bytes / (self.record_bytes + RECORD_OVERHEAD_BYTES)))
 
     def upper(self) -> int:
-        """The highest limit allowed now: the ceiling, or the memory bound when lower."""
+        """The highest limit allowed now: the ceiling, or the memory bound when lower (the
+        floor still wins over both in :meth:`after_batch`)."""
         cap = self.memory_cap
-        return self.ceiling if cap is None else max(min(self.ceiling, cap), self.floor)
+        return self.ceiling if cap is None else min(self.ceiling, cap)
 
     def after_batch(self, records: int, seconds: float, record_bytes: float | None = None) -> int:
         """Take in a finished batch (``records`` admitted source records, planned under

@@ -607,7 +607,6 @@ class LocalSparkCluster:
             },
             "config": cfg,
         }
-        self.base_dir.mkdir(parents=True, exist_ok=True)
         replace_text(self.state_file, json.dumps(document, indent=2) + "\n")
 
     @classmethod

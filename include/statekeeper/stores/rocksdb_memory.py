@@ -22,7 +22,9 @@ import rocksdict
 _lock = threading.Lock()
 _cache: rocksdict.Cache | None = None
 _write_buffers: rocksdict.WriteBufferManager | None = None
-_cache_bytes = 64 * 1024 * 1024
+# Until configure_rocksdb_memory: the settings' defaults (block_cache_bytes,
+# write_buffer_bytes), for processes that open stores without a StateEnvironment.
+_cache_bytes = 128 * 1024 * 1024
 _write_buffer_bytes = 32 * 1024 * 1024
 
 

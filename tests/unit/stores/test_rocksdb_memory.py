@@ -3,13 +3,17 @@ it and bounded together (stores.rocksdb_memory)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from statekeeper.settings import StatekeeperSettings
 from statekeeper.stores import rocksdb_memory
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
@@ -74,3 +78,16 @@ def test_the_memtables_of_all_stores_are_flushed_at_the_shared_bound(
 def test_the_memtables_cannot_exceed_the_cache() -> None:
     with pytest.raises(ValueError, match="must not exceed block_cache_bytes"):
         configure_rocksdb_memory(8 * MIB, 9 * MIB)
+
+
+def test_before_any_configuration_the_bound_is_the_settings_default() -> None:
+    """A process that opens stores without a StateEnvironment gets the settings' defaults."""
+    code = "import json; from statekeeper.stores import rocksdb_memory as m; "
+    code += "print(json.dumps(m.rocksdb_memory()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    fresh = json.loads(out.stdout)
+    defaults = StatekeeperSettings()
+    assert (fresh["block_cache_bytes"], fresh["write_buffer_bytes"]) == (
+        defaults.block_cache_bytes,
+        defaults.write_buffer_bytes,
+    )
