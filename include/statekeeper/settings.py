@@ -28,7 +28,14 @@ class StatekeeperSettings(BaseSettings):
     state_dir: Path = Field(Path("var/state"), description="Root of local state directories")
     application_id: str = Field("statekeeper-app", pattern=r"^[A-Za-z0-9._-]+$")
     lock_timeout_s: float = Field(30.0, ge=0, description="How long to wait for a task lock")
-    restore_threads: int = Field(4, ge=1, le=64, description="Partitions restored in parallel")
+    restore_threads: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Threads restoring a task's changelog partitions, each reading its share "
+        "through one consumer (librdkafka fetches them in parallel either way; more threads "
+        "contend for the GIL)",
+    )
     restore_batch_records: int = Field(
         50_000, ge=1, description="Records per RocksDB WriteBatch while restoring"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from dataclasses import replace
 
 import pytest
 from confluent_kafka import Producer
@@ -22,6 +23,7 @@ from statekeeper.kafka.embedded import free_port
 from statekeeper.settings import load_settings
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores import Stores
+from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 
 
 class RecordingListener(BaseRestoreListener):
@@ -194,3 +196,46 @@ def test_unreachable_broker_fails_fast_with_clear_error(tmp_path):
     with pytest.raises(BrokerUnavailableError):
         StateEnvironment(settings)
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("restore_threads", [1, 2])
+def test_a_contradicted_checkpoint_restores_fully_beside_a_partial_restore(
+    broker, tmp_path, topic_name, restore_threads
+):
+    """Two stores of a task restore together (one consumer per group of partitions): one
+    store's checkpoint points at a data record, not a marker, so that store alone restores
+    fully; the other continues from its checkpoint. Both end with the committed state."""
+    specs = [Stores.persistent(name).with_serdes("str", "int") for name in ("kv", "kv2")]
+    listener = RecordingListener()
+    env = _env(broker, tmp_path, topic_name, listener, restore_threads=restore_threads)
+    env.ensure_changelogs(specs, 1)
+    try:
+        for batch in range(3):
+            task = env.task("0_0", 0, specs)
+            task.open()
+            for name in ("kv", "kv2"):
+                for i in range(40):
+                    task.store(name).put(f"k{i}", batch * 100 + i)
+            task.commit(batch, {"in:0": 40 * (batch + 1)})
+            task.close()
+        kv_dir = tmp_path / "state" / topic_name / "0_0" / "rocksdb" / "kv"
+        store = RocksDBKeyValueStore("kv", kv_dir)
+        meta = store.read_metadata()
+        # Offset 5 of kv's changelog holds a data record (the first batch's puts).
+        store.restore_batch([], replace(meta, changelog_offset=5))
+        store.close()
+        listener.events.clear()
+        task = env.task("0_0", 0, specs)
+        outcomes = {o.job.store.name: o for o in task.open()}
+        try:
+            assert outcomes["kv"].full and not outcomes["kv2"].full
+            reasons = [e for e in listener.events if e[0] == "reason"]
+            assert [(e[1], "is not a commit marker" in e[2]) for e in reasons] == [("kv", True)]
+            assert outcomes["kv2"].restored_records == 0  # nothing after its checkpoint
+            for name in ("kv", "kv2"):
+                assert dict(task.store(name).all()) == {f"k{i}": 200 + i for i in range(40)}
+            assert task.processed_offsets == {"in:0": 120}
+        finally:
+            task.close()
+    finally:
+        env.close()

@@ -30,13 +30,15 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     # Replacing a small file atomically (records, status files): below everything.
     "atomic_file": set(),
+    # Pausing the cyclic GC around tight read loops.
+    "gc_pause": set(),
     "settings": {"errors"},
     "procfs": set(),
     # Which process: pid, start time and boot (on top of procfs).
     "process_identity": {"procfs"},
     "stores": {"errors"},
     "kafka": {"errors", "process_identity", "atomic_file"},
-    "changelog": {"errors", "kafka", "stores"},
+    "changelog": {"errors", "kafka", "stores", "gc_pause"},
     "state": _BASE | {"kafka", "stores", "changelog"},
     "processing": _FLOORS_BELOW_PROCESSING,
     "spark": _RUNTIME,
