@@ -8,6 +8,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed
+# The Quix Streams peer of make bench-throughput, in a venv of its own (its pins differ).
+QUIX_VENV := .venv-quix
+QUIX_VERSION ?= 3.28.1
 # The interpreter the venv is built from; the project supports Python 3.11 only.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # The uv that compiled requirements.lock and requirements-dev.lock (`make lock`).
@@ -48,7 +51,8 @@ help:
 	@echo "                   exit 3 if a service is down or an app is FAILED or down"
 	@echo "make bench-restore run the restore benchmark (prints JSON)"
 	@echo "make bench-snapshot-restore  snapshot + 10k tail vs full replay, 5M records/1M keys (JSON)"
-	@echo "make bench-throughput  statekeeper vs Spark stateful peers on 1M records (JSON, ~10 min)"
+	@echo "make bench-throughput  statekeeper vs Spark stateful peers and Quix Streams (its own venv,"
+	@echo "                   .venv-quix) on 1M records (JSON, ~12 min)"
 	@echo "make bench-failover  kill -9 and a frozen host on a 2-worker cluster, 1M-key store, with vs"
 	@echo "                   without a standby; point gets vs processing rate (JSON, ~15 min;"
 	@echo "                   ARGS='--scenarios frozen' runs one)"
@@ -142,8 +146,13 @@ bench-restore: $(STAMP)
 bench-snapshot-restore: $(STAMP)
 	@$(PY) benchmarks/snapshot_restore_bench.py
 
-bench-throughput: $(STAMP)
-	@$(PY) benchmarks/throughput_bench.py
+bench-throughput: $(STAMP) $(QUIX_VENV)/.installed
+	@$(PY) benchmarks/throughput_bench.py --quix-python $(QUIX_VENV)/bin/python $(ARGS)
+
+$(QUIX_VENV)/.installed: | $(UV)
+	test -x $(QUIX_VENV)/bin/python || $(PYTHON) -m venv $(QUIX_VENV)
+	$(UV) pip install --python $(QUIX_VENV)/bin/python quixstreams==$(QUIX_VERSION)
+	touch $@
 
 bench-failover: $(STAMP)
 	@$(PY) benchmarks/failover_bench.py $(ARGS)
@@ -164,4 +173,4 @@ clean:
 		-prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(QUIX_VENV)

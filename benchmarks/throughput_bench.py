@@ -35,6 +35,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -668,6 +669,11 @@ def parse_args() -> argparse.Namespace:
         "The JIT compiles per-batch code by how often it ran, so the number of batches is what "
         "warms it; with 10 warm-up batches it still took ~0.2 s of CPU per measured batch",
     )
+    parser.add_argument(
+        "--quix-python",
+        help="a Python with quixstreams installed (make bench-throughput makes .venv-quix): "
+        "runs the Quix Streams peer (benchmarks/quix_peer.py) on the same broker and data",
+    )
     parser.add_argument("--output", help="also write the JSON here")
     return parser.parse_args()
 
@@ -934,6 +940,38 @@ def run_contenders(
     return results, large
 
 
+QUIX_TOPIC = "tput-input-quix"
+
+
+def run_quix(
+    args: argparse.Namespace,
+    bootstrap: str,
+    admin: Any,
+    work: Path,
+    ids: Any,
+    result: dict[str, Any],
+) -> dict[str, Any]:
+    """The Quix Streams peer: its count over a copy of the input, then its recovery of that
+    state from its changelog, each phase a process of its own (peak RSS per phase)."""
+    # Quix derives its changelog's retention from the input topic's retention.ms, which
+    # the broker reports only when the topic was created with it.
+    ensure_topic(admin, QUIX_TOPIC, PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
+    produce(bootstrap, QUIX_TOPIC, ids)
+    script = Path(__file__).with_name("quix_peer.py")
+    phases: dict[str, Any] = {}
+    for phase in ("process", "recover"):
+        say(f"quix: {phase}")
+        command = [args.quix_python, str(script), phase, "--bootstrap", bootstrap]
+        command += ["--topic", QUIX_TOPIC, "--group", "quix-bench"]
+        command += ["--state-dir", str(work / f"quix-{phase}")]
+        command += ["--records", str(args.records), "--keys", str(result["distinct_keys"])]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s + 120)
+        if done.returncode:
+            return {"error": f"{phase} exited {done.returncode}: {done.stderr[-2000:]}"}
+        phases[phase] = json.loads(done.stdout.strip().splitlines()[-1])
+    return phases
+
+
 def main() -> None:
     args = parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -981,6 +1019,8 @@ def main() -> None:
             say(f"raw consume {result['raw_consume_rps']} rec/s")
 
             contenders, large = run_contenders(args, bootstrap, work, budget, ids)
+            if args.quix_python:
+                result["quix"] = run_quix(args, bootstrap, admin, work, ids, result)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -1012,6 +1052,9 @@ def main() -> None:
             if c
         ),
         adaptive=adaptive_ratios(contenders, raw_rps, large),
+        statekeeper_vs_quix=ratio(
+            sk_rps, result.get("quix", {}).get("process", {}).get("steady_rps")
+        ),
         large_batch=large,
         contenders=contenders,
         seconds=round(time.perf_counter() - wall_started, 1),
