@@ -8,8 +8,9 @@ process, same topic). Reads create no reference cycles of their own; reference c
 frees everything as always, and cyclic garbage made elsewhere meanwhile waits for the
 collector's next run after the pause.
 
-Nesting and threads: the collector is paused while any caller is inside, and re-enabled
-when the last one leaves, only if it was enabled when the first one entered.
+The restorer and the standby tail use it. Nesting and threads: the collector is paused while
+any caller is inside, and re-enabled when the last one leaves, only if it was enabled when
+the first one entered.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from statekeeper.changelog.fencing import CommitSplitter, FenceCounts
 from statekeeper.changelog.records import CommitMarker
 from statekeeper.errors import BrokerUnavailableError, ChangelogCorruptError
+from statekeeper.gc_pause import cycle_gc_paused
 from statekeeper.kafka.partition_reader import TP, assign_at, eof_consumer
 from statekeeper.stores.base import StoreMetadata
 
@@ -147,9 +148,10 @@ class ChangelogTail:
         (None before the first)."""
         taken = 0
         # Bounded, so a step behind a writer faster than it still ends (and reports).
-        while taken < MAX_RECORDS_PER_READ and (msgs := self._consumer.consume(CHUNK, 0)):
-            self._take(msgs)
-            taken += len(msgs)
+        with cycle_gc_paused():
+            while taken < MAX_RECORDS_PER_READ and (msgs := self._consumer.consume(CHUNK, 0)):
+                self._take(msgs)
+                taken += len(msgs)
         for tp, part in self._parts.items():
             self.write(tp, part)
         highs: dict[TP, int | None] = {}
