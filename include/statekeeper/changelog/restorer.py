@@ -23,6 +23,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer
 
+from statekeeper.changelog.committed import CommittedRecords
 from statekeeper.changelog.fencing import CommitSplitter, FenceCounts, is_marker_key
 from statekeeper.changelog.listeners import BaseRestoreListener, StateRestoreListener
 from statekeeper.changelog.records import CommitMarker
@@ -371,12 +372,9 @@ class _PartitionRestore:
         self.verify_offset = meta.changelog_offset
         self.read_from = OFFSET_BEGINNING if self.verify_offset is None else self.verify_offset
         self.failed: InconsistentStateError | None = None
-        # Records are deduplicated by key as they arrive: values are absolute (invariant 1),
-        # so only the last one per key matters. `committed` is closed by a marker and waits
-        # to be written; the splitter holds what came after the last marker.
-        self.committed: dict[bytes, bytes | None] = {}
-        self.committed_count = 0  # records (not keys) behind `committed`
-        self.pending_meta: StoreMetadata | None = None
+        # What markers closed waits here for the next write; the splitter holds what came
+        # after the last marker.
+        self.committed = CommittedRecords()
         self.splitter = CommitSplitter(self.where, self._on_commit, fence=meta.epoch)
         self._need_verify = self.verify_offset is not None
         self._started = 0.0
@@ -430,30 +428,18 @@ class _PartitionRestore:
         )
 
     def _write_committed(self) -> None:
-        if self.committed or self.pending_meta is not None:
-            self.job.store.restore_batch(list(self.committed.items()), self.pending_meta)
-            self.outcome.restored_records += self.committed_count
+        meta, count = self.committed.write_to(self.job.store)
+        if meta is not None:
+            self.outcome.restored_records += count
             self.restorer.listener.on_batch_restored(
-                self.tp, self.job.store.name, self.outcome.marker_offset or 0, self.committed_count
+                self.tp, self.job.store.name, self.outcome.marker_offset or 0, count
             )
-        self.committed, self.committed_count, self.pending_meta = {}, 0, None
 
     def _on_commit(
         self, closed: dict[bytes, bytes | None], count: int, marker: CommitMarker, offset: int
     ) -> None:
-        if self.committed:
-            self.committed.update(closed)
-        else:
-            self.committed = closed
-        self.committed_count += count
         self.outcome.last_marker, self.outcome.marker_offset = marker, offset
-        self.pending_meta = StoreMetadata(
-            changelog_offset=offset,
-            batch_id=marker.batch_id,
-            source_offsets=marker.source_offsets,
-            epoch=marker.epoch,
-        )
-        if len(self.committed) >= self.restorer.batch_records:
+        if self.committed.add(closed, count, marker, offset) >= self.restorer.batch_records:
             self._write_committed()
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
+from statekeeper.changelog.committed import CommittedRecords
 from statekeeper.changelog.fencing import CommitSplitter, FenceCounts
 from statekeeper.changelog.records import CommitMarker
 from statekeeper.errors import BrokerUnavailableError, ChangelogCorruptError
@@ -69,24 +70,14 @@ class _Partition:
     ) -> None:
         self.store = store
         self.position = 0 if start is None else start
-        self.closed: dict[bytes, bytes | None] = {}
-        self.closed_count = 0
-        self.meta: StoreMetadata | None = None
+        self.committed = CommittedRecords()
         self.splitter = CommitSplitter(f"{tp[0]}[{tp[1]}]", self._on_commit, fence=fence)
         self._tp, self._tail = tp, tail
 
     def _on_commit(
         self, records: dict[bytes, bytes | None], count: int, marker: CommitMarker, offset: int
     ) -> None:
-        if self.closed:
-            self.closed.update(records)
-        else:
-            self.closed = records
-        self.closed_count += count
-        self.meta = StoreMetadata(
-            offset, marker.batch_id, marker.source_offsets, epoch=marker.epoch
-        )
-        if len(self.closed) >= self._tail.batch_records:
+        if self.committed.add(records, count, marker, offset) >= self._tail.batch_records:
             self._tail.write(self._tp, self)
 
 
@@ -200,12 +191,9 @@ class ChangelogTail:
 
     def write(self, tp: TP, part: _Partition) -> None:
         """Apply what markers closed on ``tp`` so far (records and metadata in one write)."""
-        if part.meta is None:
-            return
-        meta, count = part.meta, part.closed_count
-        part.store.restore_batch(list(part.closed.items()), meta)
-        part.closed, part.closed_count, part.meta = {}, 0, None
-        self._on_applied(tp, meta, count)
+        meta, count = part.committed.write_to(part.store)
+        if meta is not None:
+            self._on_applied(tp, meta, count)
 
     def close(self) -> None:
         self._consumer.close()
