@@ -32,14 +32,19 @@ def peak_rss_mib() -> float:
     return 0.0
 
 
-def process(app_cls: Any, args: argparse.Namespace) -> dict[str, Any]:
+def app_and_topic(app_cls: Any, args: argparse.Namespace) -> tuple[Any, Any]:
+    """An Application of the bench's consumer group and state directory, and its input."""
     app = app_cls(
         broker_address=args.bootstrap,
         consumer_group=args.group,
         auto_offset_reset="earliest",
         state_dir=args.state_dir,
     )
-    topic = app.topic(args.topic, key_deserializer="bytes", value_deserializer="bytes")
+    return app, app.topic(args.topic, key_deserializer="bytes", value_deserializer="bytes")
+
+
+def process(app_cls: Any, args: argparse.Namespace) -> dict[str, Any]:
+    app, topic = app_and_topic(app_cls, args)
     counts: dict[bytes, int] = {}
     first: list[float] = []
 
@@ -89,13 +94,7 @@ def recover(app_cls: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     recovery.RecoveryManager.do_recovery = timed_recovery  # type: ignore[method-assign]
     recovery.RecoveryPartition.recover_from_changelog_message = counted  # type: ignore[method-assign]
-    app = app_cls(
-        broker_address=args.bootstrap,
-        consumer_group=args.group,
-        auto_offset_reset="earliest",
-        state_dir=args.state_dir,
-    )
-    topic = app.topic(args.topic, key_deserializer="bytes", value_deserializer="bytes")
+    app, topic = app_and_topic(app_cls, args)
     sdf = app.dataframe(topic).apply(lambda value, state: None, stateful=True)
     started = time.perf_counter()
     # Nothing new to process: it stops 2 s after recovery.
