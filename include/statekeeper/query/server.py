@@ -5,7 +5,8 @@ to ``settings.query_host:query_port`` (port 0: a free one; :meth:`QueryServer.re
 bound port for the driver to publish in the assignment's executors). It reads the task
 stores held on this executor through read-only views (:mod:`statekeeper.query.copies`): the
 last commit of an active task, or a standby's copy with its lag. Reads take no task lock and
-never block processing.
+never block processing. uvicorn serves it (:mod:`statekeeper.query.http_server`); each GET
+runs :meth:`QueryServer.answer` in a worker thread.
 
 Routes (GET; JSON answers; keys as described in :mod:`statekeeper.query.codec`)::
 
@@ -53,6 +54,7 @@ Every answer from a copy carries its ``batch_id``, ``changelog_offset`` and
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
 import logging
@@ -63,10 +65,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote
 
 from statekeeper.changelog.records import changelog_topic
 from statekeeper.cluster.executor import ExecutorIdentity
@@ -86,6 +87,7 @@ from statekeeper.query.codec import (
     parse_int,
 )
 from statekeeper.query.copies import CopyReader, CopyUnavailableError, StoreCopy
+from statekeeper.query.http_server import ThreadedHttpServer
 from statekeeper.query.lag import ChangelogLag
 from statekeeper.query.locate import (
     KeyQueryMetadata,
@@ -161,20 +163,12 @@ class QueryServer:
         )
         self.requests = 0
         self.errors = 0
-        self._httpd = ThreadingHTTPServer(
-            (settings.query_host, settings.query_port), _handler_for(self)
+        self._http = ThreadedHttpServer(
+            _asgi_app(self), settings.query_host, settings.query_port, "statekeeper-query-server"
         )
-        self._httpd.daemon_threads = True
-        bound_host, self.port = self._httpd.server_address[:2]
+        bound_host, self.port = self._http.host, self._http.port
         # A wildcard bind is no address to call: other executors use the executor's host.
         self.host = executor.host if bound_host in ("0.0.0.0", "::", "") else bound_host
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="statekeeper-query-server",
-            daemon=True,
-        )
-        self._thread.start()
         log.info("query server of executor %s on %s", executor.executor_id, self.url)
 
     @property
@@ -215,9 +209,7 @@ class QueryServer:
         }
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._http.close()
         with self._copies_lock:
             copies = list(self._copies.values())
             self._copies.clear()
@@ -371,6 +363,29 @@ class QueryServer:
         return sorted(urls)
 
     # -- routes ----------------------------------------------------------------------------
+
+    def answer(self, path: str, query: str) -> tuple[HTTPStatus, dict[str, Any]]:
+        """One GET: its status and JSON body (an answer, never a dropped connection)."""
+        started = time.perf_counter()
+        params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        self.requests += 1
+        body: dict[str, Any]
+        try:
+            status, body = HTTPStatus.OK, self.route(path, params)
+        except BadQueryError as exc:
+            status = HTTPStatus(exc.status)
+            body = {"error": str(exc), "status": exc.status, **exc.details}
+        except CopyUnavailableError as exc:  # closed by a new assignment mid-request
+            status = HTTPStatus.SERVICE_UNAVAILABLE
+            body = {"error": f"{exc}; ask again", "status": 503}
+        except Exception as exc:
+            log.exception("query %s?%s failed", path, query)
+            self.errors += 1
+            status = HTTPStatus.INTERNAL_SERVER_ERROR
+            body = {"error": f"{type(exc).__name__}: {exc}", "status": 500}
+        body["executor"] = self.executor.executor_id
+        body["took_ms"] = round((time.perf_counter() - started) * 1e3, 3)
+        return status, body
 
     def route(self, path: str, params: dict[str, str]) -> dict[str, Any]:
         """Answer one GET (raises :class:`BadQueryError` for every non-200 answer)."""
@@ -625,44 +640,23 @@ def _take(items: Iterator[Any], n: int) -> Iterator[Any]:
         yield item
 
 
-def _handler_for(server: QueryServer) -> type[BaseHTTPRequestHandler]:
-    class QueryHandler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: one connection serves many queries
-        # Headers and body go out in two writes; with Nagle on, the body waits for the
-        # client's delayed ACK (~40 ms per answer, measured: 21 gets/s instead of ~2,000).
-        disable_nagle_algorithm = True
-        # An idle kept-alive connection holds a thread: closed after this many seconds
-        # (QueryClient reconnects once when it finds its connection closed).
-        timeout = 60
+def _asgi_app(server: QueryServer) -> Any:
+    """The ASGI application uvicorn serves: every GET goes to :meth:`QueryServer.answer` in
+    a worker thread (store reads block; the event loop only moves bytes)."""
 
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            started = time.perf_counter()
-            split = urlsplit(self.path)
-            params = {k: v[0] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-            server.requests += 1
-            try:
-                status, body = HTTPStatus.OK, server.route(split.path, params)
-            except BadQueryError as exc:
-                status = HTTPStatus(exc.status)
-                body = {"error": str(exc), "status": exc.status, **exc.details}
-            except CopyUnavailableError as exc:  # closed by a new assignment mid-request
-                status = HTTPStatus.SERVICE_UNAVAILABLE
-                body = {"error": f"{exc}; ask again", "status": 503}
-            except Exception as exc:  # an answer, never a dropped connection
-                log.exception("query %s failed", self.path)
-                server.errors += 1
-                status = HTTPStatus.INTERNAL_SERVER_ERROR
-                body = {"error": f"{type(exc).__name__}: {exc}", "status": 500}
-            body["executor"] = server.executor.executor_id
-            body["took_ms"] = round((time.perf_counter() - started) * 1e3, 3)
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["method"] != "GET":
+            status = HTTPStatus.METHOD_NOT_ALLOWED
+            body: dict[str, Any] = {"error": "only GET is served", "status": int(status)}
+        else:
+            path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+            query = scope.get("query_string", b"").decode("latin-1")
+            status, body = await asyncio.to_thread(server.answer, path.split("?", 1)[0], query)
+        data = json.dumps(body).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
+        await send({"type": "http.response.start", "status": int(status), "headers": headers})
+        await send({"type": "http.response.body", "body": data})
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            log.debug("query %s: " + format, self.client_address[0], *args)
-
-    return QueryHandler
+    return app
