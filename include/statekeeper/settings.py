@@ -218,6 +218,12 @@ class StatekeeperSettings(BaseSettings):
         "are logged again with the task's values, so compaction never keeps a fenced record "
         "as a key's newest (docs/fencing.md)",
     )
+    executor_services_process: bool = Field(
+        False,
+        description="Run each executor's standbys and query server in a process of their own "
+        "(started by the executor's first task, ending with the executor's JVM) instead of "
+        "inside one of its Python workers, where they share the GIL with the tasks",
+    )
     query_host: str = Field("127.0.0.1", description="Bind address of each executor's query server")
     query_port: int | None = Field(
         None,

@@ -61,7 +61,9 @@ ALLOWED: dict[str, set[str]] = {
     "migration": _RUNTIME | {"snapshots", "versions", "app", "spark"},
     # Upgrades: cut-over (stop the old version, migrate, verify, record) and rollback.
     "upgrade": _RUNTIME | {"snapshots", "versions", "app", "spark", "migration", "procfs"},
-    "worker": _RUNTIME | {"spark", "snapshots", "cluster", "placement", "standby", "query"},
+    "worker": _RUNTIME
+    | {"spark", "snapshots", "cluster", "placement", "standby", "query"}
+    | {"procfs", "process_identity"},
     "app": _RUNTIME
     | {"spark", "worker", "snapshots", "cluster", "placement", "standby", "versions"},
     "ops": _RUNTIME | {"spark", "worker", "app", "snapshots", "cluster", "placement", "versions"},

@@ -198,9 +198,15 @@ def ensure_executor_services(
     topology: Any = None,
 ) -> ExecutorServicesHost | None:
     """Start this executor's services here unless another process hosts them; returns the
-    host when it is this process. A no-op when the settings ask for neither standbys nor a
-    query server."""
+    host when it is this process. With ``executor_services_process`` they start in a process
+    of their own instead (:mod:`statekeeper.worker.service_process`), and this returns None.
+    A no-op when the settings ask for neither standbys nor a query server."""
     if settings.num_standby_replicas <= 0 and settings.query_port is None:
+        return None
+    if settings.executor_services_process:
+        from statekeeper.worker.service_process import start_service_process
+
+        start_service_process(settings, Path(state_dir), executor, topology)
         return None
     key = (str(state_dir), settings.application_id)
     with _HOSTS_LOCK:

@@ -1,0 +1,172 @@
+"""An executor's services (standbys, query server) in a process of their own.
+
+In a Python worker the services share the GIL and the cores' time slices with the tasks:
+point queries waited behind batches (p99 up to 320 ms) and slowed them. With
+``executor_services_process`` the executor's first task that finds the host lock free
+starts ``python -m statekeeper.worker.service_process <spec>`` instead, and this process
+hosts :class:`~statekeeper.worker.executor_services.ExecutorServicesHost` as its main work:
+
+- it takes the executor's host lock itself (an ``flock``), so of several started at once
+  one hosts and the others exit; the OS frees the lock when it dies;
+- it gets the settings, the executor and the app's topology from the files the task wrote
+  beside the lock (``services.json``, ``topology.pkl``: the topology as the task got it,
+  pickled with cloudpickle, and the task's ``sys.path`` so the app's modules import);
+- it is a child of the task's Python worker and keeps its environment, so it belongs to
+  the executor's "host" like the workers do (a frozen host freezes it too);
+- it ends when the executor's JVM ends (checked every :data:`WATCH_S`; in local mode, the
+  driver's JVM, the worker's nearest Java ancestor), or on SIGTERM or SIGHUP (what the
+  pyspark daemon sends its process group when it shuts down), closing the services first.
+
+The files and ``report.json`` stay the interface, as when a worker hosts the services.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from statekeeper.atomic_file import replace_text
+from statekeeper.cluster.executor import ExecutorIdentity, executor_dir
+from statekeeper.process_identity import ProcessIdentity
+from statekeeper.procfs import parent_pid
+from statekeeper.settings import StatekeeperSettings
+
+log = logging.getLogger("statekeeper.executor")
+
+SPEC_FILE = "services.json"
+TOPOLOGY_FILE = "topology.pkl"
+LOG_FILE = "services.log"
+WATCH_S = 0.5
+
+#: Service processes this worker started: polled so an exited one is reaped.
+_started: list[subprocess.Popen[bytes]] = []
+
+
+def _try_lock(path: Path) -> int | None:
+    """The host lock's fd when this process got it, None when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.set_inheritable(fd, False)
+    return fd
+
+
+def _java_ancestor(max_depth: int = 6) -> int:
+    """The nearest ancestor of this process running Java (this process's pid if none)."""
+    current: int | None = os.getpid()
+    for _ in range(max_depth):
+        current = parent_pid(current) if current else None
+        if current is None or current <= 1:
+            break
+        try:
+            if Path(f"/proc/{current}/comm").read_text().strip() == "java":
+                return current
+        except OSError:
+            break
+    return os.getpid()
+
+
+def start_service_process(
+    settings: StatekeeperSettings, state_dir: Path, executor: ExecutorIdentity, topology: Any
+) -> bool:
+    """Start the executor's service process unless a process holds the host lock; True
+    when one was started."""
+    _started[:] = [p for p in _started if p.poll() is None]
+    folder = executor_dir(state_dir, settings.application_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = _try_lock(folder / "host.lock")
+    if probe is None:
+        return False
+    os.close(probe)  # the child takes it; a rival started meanwhile exits when it cannot
+    from pyspark import cloudpickle  # the worker has it; the child only unpickles
+
+    topology_path = folder / TOPOLOGY_FILE
+    staged = topology_path.with_name(f".{TOPOLOGY_FILE}.{os.getpid()}")
+    staged.write_bytes(cloudpickle.dumps(topology))
+    staged.replace(topology_path)
+    jvm = ProcessIdentity.of(executor.jvm_pid or _java_ancestor())
+    spec = {
+        "settings": json.loads(settings.model_dump_json()),
+        "state_dir": str(state_dir),
+        "executor": {
+            "executor_id": executor.executor_id,
+            "host": executor.host,
+            "jvm_pid": executor.jvm_pid,
+        },
+        "jvm": jvm.to_json(),
+        "sys_path": [p for p in sys.path if p],
+    }
+    spec_path = folder / SPEC_FILE
+    replace_text(spec_path, json.dumps(spec))
+    with open(folder / LOG_FILE, "ab") as out:
+        _started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "statekeeper.worker.service_process", str(spec_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                close_fds=True,
+            )
+        )
+    log.info("executor %s: service process %d started", executor.executor_id, _started[-1].pid)
+    return True
+
+
+def serve(spec_path: Path) -> int:
+    """The service process's main: host the services until the executor's JVM ends."""
+    spec = json.loads(spec_path.read_text())
+    for entry in reversed(spec["sys_path"]):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    from statekeeper.worker.executor_services import ExecutorServicesHost
+
+    settings = StatekeeperSettings.model_validate(spec["settings"])
+    state_dir = Path(spec["state_dir"])
+    executor = ExecutorIdentity(**spec["executor"])
+    jvm = ProcessIdentity.from_json(spec["jvm"])
+    fd = _try_lock(executor_dir(state_dir, settings.application_id) / "host.lock")
+    if fd is None:
+        return 0  # another process hosts them
+    import pickle
+
+    topology_path = spec_path.with_name(TOPOLOGY_FILE)
+    topology = pickle.loads(topology_path.read_bytes())  # noqa: S301 - our task wrote it
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    # SIGHUP: the pyspark daemon's shutdown signals its whole process group, this one too.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+    host = ExecutorServicesHost(settings, state_dir, executor, fd, topology)
+    name = executor.executor_id
+    log.info("executor %s: services hosted by process %d", name, os.getpid())
+    try:
+        while not stop.wait(WATCH_S):
+            if not jvm.alive():
+                log.info("executor %s: its JVM (pid %d) ended; services stop", name, jvm.pid)
+                break
+        else:
+            log.info("executor %s: %s; services stop", name, ", ".join(received))
+    finally:
+        host.close()
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    sys.exit(serve(Path(sys.argv[1])))
