@@ -45,7 +45,10 @@ against the active executor's query server, for keys that exist. After one unmea
 each cap of ``--query-rps`` gets ``--pairs`` off/on pairs in ABBA order. Processing rates come
 from the status document's processed-record counts and times at each window's edges (windows
 in which the backlog ran out are left out). The headline query figures are the highest cap's;
-``query_by_rate`` has each cap's.
+``query_by_rate`` has each cap's. The whole query phase runs once per ``--query-services``
+mode, each with an app of its own: ``in_worker`` (the query server in a Python worker that
+runs tasks too) and ``process`` (``executor_services_process``: a process of its own);
+``query_by_services`` has each mode's summary, the headline figures are the last mode's.
 
 ``--scenarios`` (or env ``STATEKEEPER_BENCH_SCENARIOS``) picks what runs, comma-separated
 from ``killed``, ``frozen`` and ``queries`` (default: all three, in that order).
@@ -670,9 +673,13 @@ def percentiles_ms(latencies: list[float]) -> dict[str, float | None]:
     }
 
 
-def queries(work: Path, cluster: LocalSparkCluster, bootstrap: str, args: Any) -> dict[str, Any]:
-    """The query phase (see the module docstring)."""
-    topic = "keys-queries"
+def queries(
+    work: Path, cluster: LocalSparkCluster, bootstrap: str, args: Any, services: str
+) -> dict[str, Any]:
+    """The query phase (see the module docstring); ``services``: where the executor's query
+    server runs, ``in_worker`` (a Python worker that runs tasks too) or ``process`` (a
+    process of its own: ``executor_services_process``)."""
+    topic = f"keys-queries-{services}"
     ensure_topic(make_admin(bootstrap), topic, 1, {})
     log(f"[queries] producing {args.query_keys:,} keys")
     produce_keys(bootstrap, topic, range(args.query_keys))
@@ -680,10 +687,11 @@ def queries(work: Path, cluster: LocalSparkCluster, bootstrap: str, args: Any) -
         work,
         cluster,
         bootstrap,
-        "queries",
+        f"queries-{services}",
         topic,
         query_port=0,
         max_records_per_batch=args.backlog_batch_records,
+        executor_services_process=services == "process",
     )
     try:
         status = wait_for(proc, "[queries] the keys processed", drained, 900)
@@ -748,6 +756,7 @@ def queries(work: Path, cluster: LocalSparkCluster, bootstrap: str, args: Any) -
         final = proc.status() or {}
         reports = (final.get("placement") or {}).get("executor_reports") or {}
         return {
+            "services": services,
             "query_executor": executor,
             "query_server_in_task_process": same_process,
             "query_server_report": (reports.get(executor) or {}).get("query"),
@@ -905,6 +914,12 @@ def main() -> None:
         "--query-rps", default="100,500", help="rate caps (total gets/s), comma-separated"
     )
     parser.add_argument(
+        "--query-services",
+        default="in_worker,process",
+        help="where the query server runs, comma-separated, each measured in turn: in_worker "
+        "(a Python worker running tasks), process (executor_services_process)",
+    )
+    parser.add_argument(
         "--scenarios",
         default=os.environ.get("STATEKEEPER_BENCH_SCENARIOS", ",".join(SCENARIOS)),
         help="what runs, comma-separated: killed, frozen, queries "
@@ -1019,7 +1034,14 @@ def main() -> None:
                     ],
                 )
             if "queries" in scenarios:
-                q = queries(work, cluster, bootstrap, args)
+                modes = [m.strip() for m in args.query_services.split(",") if m.strip()]
+                # Each mode's summary side by side; the headline figures are the last mode's.
+                by_services = {m: queries(work, cluster, bootstrap, args, m) for m in modes}
+                result["query_by_services"] = {
+                    m: {k: v for k, v in q.items() if k != "windows"}
+                    for m, q in by_services.items()
+                }
+                q = by_services[modes[-1]]
                 # The headline figures: the highest rate cap (the most reads).
                 top = max(q["by_rate"], key=lambda r: r["query_rps_cap"])
                 ratios = [r["processing_ratio_with_to_without"] for r in q["by_rate"]]
