@@ -6,8 +6,10 @@ point queries waited behind batches (p99 up to 320 ms) and slowed them. With
 starts ``python -m statekeeper.worker.service_process <spec>`` instead, and this process
 hosts :class:`~statekeeper.worker.executor_services.ExecutorServicesHost` as its main work:
 
-- it takes the executor's host lock itself (an ``flock``), so of several started at once
-  one hosts and the others exit; the OS frees the lock when it dies;
+- the task takes the executor's host lock (an ``flock``) and hands it to the process it
+  starts (an inherited descriptor), so one process hosts and no other task starts another;
+  the OS frees the lock when that process dies (started by hand, it takes the lock itself,
+  and exits when another process holds it);
 - it gets the settings, the executor and the app's topology from the files the task wrote
   beside the lock (``services.json``, ``topology.pkl``: the topology as the task got it,
   pickled with cloudpickle, and the task's ``sys.path`` so the app's modules import);
@@ -85,10 +87,26 @@ def start_service_process(
     _started[:] = [p for p in _started if p.poll() is None]
     folder = executor_dir(state_dir, settings.application_id)
     folder.mkdir(parents=True, exist_ok=True)
-    probe = _try_lock(folder / "host.lock")
-    if probe is None:
+    lock_fd = _try_lock(folder / "host.lock")
+    if lock_fd is None:
         return False
-    os.close(probe)  # the child takes it; a rival started meanwhile exits when it cannot
+    try:
+        _start(settings, state_dir, executor, topology, folder, lock_fd)
+    finally:
+        # The child holds the lock through its inherited copy of the descriptor (a flock
+        # belongs to the open file, not to a process), so no other task starts one meanwhile.
+        os.close(lock_fd)
+    return True
+
+
+def _start(
+    settings: StatekeeperSettings,
+    state_dir: Path,
+    executor: ExecutorIdentity,
+    topology: Any,
+    folder: Path,
+    lock_fd: int,
+) -> None:
     from pyspark import cloudpickle  # the worker has it; the child only unpickles
 
     topology_path = folder / TOPOLOGY_FILE
@@ -106,6 +124,7 @@ def start_service_process(
         },
         "jvm": jvm.to_json(),
         "sys_path": [p for p in sys.path if p],
+        "lock_fd": lock_fd,
     }
     spec_path = folder / SPEC_FILE
     replace_text(spec_path, json.dumps(spec))
@@ -117,10 +136,10 @@ def start_service_process(
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 close_fds=True,
+                pass_fds=(lock_fd,),
             )
         )
     log.info("executor %s: service process %d started", executor.executor_id, _started[-1].pid)
-    return True
 
 
 def serve(spec_path: Path) -> int:
@@ -135,9 +154,13 @@ def serve(spec_path: Path) -> int:
     state_dir = Path(spec["state_dir"])
     executor = ExecutorIdentity(**spec["executor"])
     jvm = ProcessIdentity.from_json(spec["jvm"])
-    fd = _try_lock(executor_dir(state_dir, settings.application_id) / "host.lock")
+    # Started by a task: the lock came with the process. Started by hand: take it here.
+    fd = spec.get("lock_fd")
     if fd is None:
-        return 0  # another process hosts them
+        fd = _try_lock(executor_dir(state_dir, settings.application_id) / "host.lock")
+        if fd is None:
+            return 0  # another process hosts them
+    os.set_inheritable(fd, False)
     import pickle
 
     topology_path = spec_path.with_name(TOPOLOGY_FILE)

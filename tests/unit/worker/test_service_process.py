@@ -11,10 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-from statekeeper.cluster.executor import executor_dir
+from statekeeper.cluster.executor import ExecutorIdentity, executor_dir
 from statekeeper.process_identity import ProcessIdentity
 from statekeeper.settings import load_settings
-from statekeeper.worker.service_process import SPEC_FILE, TOPOLOGY_FILE
+from statekeeper.worker.service_process import (
+    SPEC_FILE,
+    TOPOLOGY_FILE,
+    _started,
+    start_service_process,
+)
 
 
 def _spec(tmp_path: Path, watched: int) -> Path:
@@ -69,3 +74,37 @@ def test_one_of_two_hosts_and_it_ends_with_the_watched_process(tmp_path: Path) -
     finally:
         jvm.kill()
         first.kill()
+
+
+def test_a_task_hands_the_host_lock_to_the_process_it_starts(tmp_path: Path) -> None:
+    """No window in which a second task could start another: the lock is taken before the
+    process starts and held by it from then on."""
+    jvm = subprocess.Popen(["sleep", "60"])
+    settings = load_settings(
+        bootstrap_servers="127.0.0.1:9",
+        state_dir=tmp_path / "state",
+        application_id="svc",
+        query_port=0,
+        executor_services_process=True,
+    )
+    executor = ExecutorIdentity("7", "127.0.0.1", jvm.pid)
+    spec = executor_dir(settings.state_dir, settings.application_id) / SPEC_FILE
+    try:
+        assert start_service_process(settings, settings.state_dir, executor, None)
+        child = _started[-1]
+        assert not start_service_process(settings, settings.state_dir, executor, None)
+        deadline = time.monotonic() + 30
+        while (_report(spec) or {}).get("pid") != child.pid:
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.1)
+        jvm.kill()
+        jvm.wait()
+        assert child.wait(15) == 0
+        # The lock went with the process: the next task starts a new one (which finds the
+        # JVM gone and ends too).
+        assert start_service_process(settings, settings.state_dir, executor, None)
+        assert _started[-1].wait(15) == 0
+    finally:
+        jvm.kill()
+        for process in _started:
+            process.kill()
