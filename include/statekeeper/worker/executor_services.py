@@ -187,6 +187,20 @@ class ExecutorServicesHost:
         os.close(self._lock_fd)
 
 
+def try_host_lock(folder: Path) -> int | None:
+    """The executor's host lock (``folder/host.lock``) as an open descriptor, when no other
+    process holds it; None when one does. Not inherited by child processes unless passed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / "host.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.set_inheritable(fd, False)
+    return fd
+
+
 _HOSTS: dict[tuple[str, str], ExecutorServicesHost] = {}
 _HOSTS_LOCK = threading.Lock()
 
@@ -212,15 +226,9 @@ def ensure_executor_services(
     with _HOSTS_LOCK:
         if key in _HOSTS:
             return _HOSTS[key]
-        folder = executor_dir(state_dir, settings.application_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / "host.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_host_lock(executor_dir(state_dir, settings.application_id))
+        if fd is None:
             return None
-        os.set_inheritable(fd, False)
         host = ExecutorServicesHost(settings, state_dir, executor, fd, topology)
         _HOSTS[key] = host
         log.info("executor %s: services hosted by pid %d", executor.executor_id, os.getpid())

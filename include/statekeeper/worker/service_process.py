@@ -24,7 +24,6 @@ The files and ``report.json`` stay the interface, as when a worker hosts the ser
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from statekeeper.cluster.executor import ExecutorIdentity, executor_dir
 from statekeeper.process_identity import ProcessIdentity
 from statekeeper.procfs import parent_pid
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.worker.executor_services import ExecutorServicesHost, try_host_lock
 
 log = logging.getLogger("statekeeper.executor")
 
@@ -50,18 +50,6 @@ WATCH_S = 0.5
 
 #: Service processes this worker started: polled so an exited one is reaped.
 _started: list[subprocess.Popen[bytes]] = []
-
-
-def _try_lock(path: Path) -> int | None:
-    """The host lock's fd when this process got it, None when another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    os.set_inheritable(fd, False)
-    return fd
 
 
 def _java_ancestor(max_depth: int = 6) -> int:
@@ -86,8 +74,7 @@ def start_service_process(
     when one was started."""
     _started[:] = [p for p in _started if p.poll() is None]
     folder = executor_dir(state_dir, settings.application_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    lock_fd = _try_lock(folder / "host.lock")
+    lock_fd = try_host_lock(folder)
     if lock_fd is None:
         return False
     try:
@@ -148,7 +135,6 @@ def serve(spec_path: Path) -> int:
     for entry in reversed(spec["sys_path"]):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    from statekeeper.worker.executor_services import ExecutorServicesHost
 
     settings = StatekeeperSettings.model_validate(spec["settings"])
     state_dir = Path(spec["state_dir"])
@@ -157,7 +143,7 @@ def serve(spec_path: Path) -> int:
     # Started by a task: the lock came with the process. Started by hand: take it here.
     fd = spec.get("lock_fd")
     if fd is None:
-        fd = _try_lock(executor_dir(state_dir, settings.application_id) / "host.lock")
+        fd = try_host_lock(executor_dir(state_dir, settings.application_id))
         if fd is None:
             return 0  # another process hosts them
     os.set_inheritable(fd, False)
