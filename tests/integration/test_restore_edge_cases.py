@@ -239,3 +239,40 @@ def test_a_contradicted_checkpoint_restores_fully_beside_a_partial_restore(
             task.close()
     finally:
         env.close()
+
+
+def test_a_corrupt_store_beside_a_sound_one_reports_its_reason_and_restores_fully(
+    broker, tmp_path, topic_name
+):
+    """A full restore decided at open (corrupt files, wiped) in a task whose other store
+    restores from its checkpoint: both are read together, and the reason still reaches the
+    listeners."""
+    specs = [Stores.persistent(name).with_serdes("str", "int") for name in ("kv", "kv2")]
+    listener = RecordingListener()
+    env = _env(broker, tmp_path, topic_name, listener)
+    env.ensure_changelogs(specs, 1)
+    try:
+        task = env.task("0_0", 0, specs)
+        task.open()
+        for name in ("kv", "kv2"):
+            for i in range(30):
+                task.store(name).put(f"k{i}", i)
+        task.commit(0, {"in:0": 30})
+        task.close()
+        store_dir = tmp_path / "state" / topic_name / "0_0" / "rocksdb" / "kv"
+        for f in store_dir.iterdir():
+            if f.name.startswith(("CURRENT", "MANIFEST")) or f.suffix == ".sst":
+                f.write_bytes(b"\x00garbage" * 64)
+        listener.events.clear()
+        task = env.task("0_0", 0, specs)
+        outcomes = {o.job.store.name: o for o in task.open()}
+        try:
+            assert outcomes["kv"].full and not outcomes["kv2"].full
+            reasons = [e for e in listener.events if e[0] == "reason"]
+            assert [(e[1], "corrupt" in e[2]) for e in reasons] == [("kv", True)], reasons
+            for name in ("kv", "kv2"):
+                assert dict(task.store(name).all()) == {f"k{i}": i for i in range(30)}
+        finally:
+            task.close()
+    finally:
+        env.close()

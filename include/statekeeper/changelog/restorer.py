@@ -169,6 +169,9 @@ class ChangelogRestorer:
         try:
             with closing(eof_consumer(self._consumer_config, "restore")) as consumer:
                 for job in jobs:
+                    if job.full:
+                        parts.append(self._prepare_full(job, consumer))
+                        continue
                     try:
                         parts.append(self._prepare(job, job.store.read_metadata(), consumer))
                     except InconsistentStateError as exc:
