@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,13 @@ TOPOLOGY_FILE = "topology.pkl"
 LOG_FILE = "services.log"
 WATCH_S = 0.5
 
+#: A worker starts the service process at most this often: one that fails at its start
+#: (a broken install, a port in use) is not started again by every task of every batch.
+RESTART_AFTER_S = 5.0
+
 #: Service processes this worker started: polled so an exited one is reaped.
 _started: list[subprocess.Popen[bytes]] = []
+_last_start: dict[Path, float] = {}
 
 
 def _java_ancestor(max_depth: int = 6) -> int:
@@ -74,9 +80,12 @@ def start_service_process(
     when one was started."""
     _started[:] = [p for p in _started if p.poll() is None]
     folder = executor_dir(state_dir, settings.application_id)
+    if time.monotonic() - _last_start.get(folder, -RESTART_AFTER_S) < RESTART_AFTER_S:
+        return False
     lock_fd = try_host_lock(folder)
     if lock_fd is None:
         return False
+    _last_start[folder] = time.monotonic()
     try:
         _start(settings, state_dir, executor, topology, folder, lock_fd)
     finally:

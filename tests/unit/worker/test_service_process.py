@@ -11,9 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from statekeeper.cluster.executor import ExecutorIdentity, executor_dir
 from statekeeper.process_identity import ProcessIdentity
 from statekeeper.settings import load_settings
+from statekeeper.worker import service_process
 from statekeeper.worker.service_process import (
     SPEC_FILE,
     TOPOLOGY_FILE,
@@ -76,9 +79,13 @@ def test_one_of_two_hosts_and_it_ends_with_the_watched_process(tmp_path: Path) -
         first.kill()
 
 
-def test_a_task_hands_the_host_lock_to_the_process_it_starts(tmp_path: Path) -> None:
+def test_a_task_hands_the_host_lock_to_the_process_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No window in which a second task could start another: the lock is taken before the
-    process starts and held by it from then on."""
+    process starts and held by it from then on. A worker starts one at most every
+    RESTART_AFTER_S, so one that fails at its start is not started by every batch."""
+    monkeypatch.setattr(service_process, "RESTART_AFTER_S", 0.0)
     jvm = subprocess.Popen(["sleep", "60"])
     settings = load_settings(
         bootstrap_servers="127.0.0.1:9",
@@ -101,9 +108,11 @@ def test_a_task_hands_the_host_lock_to_the_process_it_starts(tmp_path: Path) -> 
         jvm.wait()
         assert child.wait(15) == 0
         # The lock went with the process: the next task starts a new one (which finds the
-        # JVM gone and ends too).
+        # JVM gone and ends too), but not again at once.
         assert start_service_process(settings, settings.state_dir, executor, None)
         assert _started[-1].wait(15) == 0
+        monkeypatch.setattr(service_process, "RESTART_AFTER_S", 60.0)
+        assert not start_service_process(settings, settings.state_dir, executor, None)
     finally:
         jvm.kill()
         for process in _started:
