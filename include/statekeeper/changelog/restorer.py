@@ -123,32 +123,52 @@ class ChangelogRestorer:
 
     def restore_all(self, jobs: list[RestoreJob]) -> list[RestoreOutcome]:
         """Restore every job, read together in ``threads`` groups; results in job order."""
-        if len(jobs) <= 1:
-            return [self.restore(job) for job in jobs]
         groups = [jobs[i :: self.threads] for i in range(min(self.threads, len(jobs)))]
-        if len(groups) == 1:
-            outcomes = self._restore_together(jobs)
-        else:
-            with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-                outcomes = [o for group in pool.map(self._restore_together, groups) for o in group]
+        if len(groups) <= 1:
+            return self._restore_together(jobs) if jobs else []
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            outcomes = [o for group in pool.map(self._restore_together, groups) for o in group]
         by_job = {id(o.job): o for o in outcomes}
         return [by_job[id(job)] for job in jobs]
 
     def restore(self, job: RestoreJob) -> RestoreOutcome:
         """Restore one job, from its checkpoint or (``job.full``, or a checkpoint the log
         contradicts) from the start."""
-        if not job.full:
-            failure: Exception | None
-            try:
-                with closing(eof_consumer(self._consumer_config, "restore")) as consumer:
-                    part = self._prepare(job, job.store.read_metadata(), consumer)
-                    self._read_together(consumer, [part])
-                failure = part.failed
-            except InconsistentStateError as exc:
-                failure = exc
-            if failure is None:
-                return part.outcome
-            job.full, job.reason = True, f"inconsistent local state: {failure}; restoring fully"
+        return self._restore_together([job])[0]
+
+    def _restore_together(self, jobs: list[RestoreJob]) -> list[RestoreOutcome]:
+        """Read ``jobs``' partitions through one consumer. A job whose checkpoint the log
+        contradicts restores fully on its own afterwards."""
+        parts: list[_PartitionRestore] = []
+        try:
+            with closing(eof_consumer(self._consumer_config, "restore")) as consumer:
+                for job in jobs:
+                    if job.full:
+                        parts.append(self._prepare_full(job, consumer))
+                        continue
+                    try:
+                        parts.append(self._prepare(job, job.store.read_metadata(), consumer))
+                    except InconsistentStateError as exc:
+                        _mark_full(job, exc)
+                        parts.append(self._prepare_full(job, consumer))
+                self._read_together(consumer, parts)
+        except _ReadMustRestart as exc:
+            # The log moved under a checkpointed read (its start passed the position): every
+            # store of the group may be ahead of its own checkpoint, so all restore fully.
+            for part in parts:
+                _mark_full(part.job, exc)
+            return [self._restore_fully(part.job) for part in parts]
+        outcomes = []
+        for part in parts:
+            if part.failed is None:
+                outcomes.append(part.outcome)
+            else:
+                _mark_full(part.job, part.failed)
+                outcomes.append(self._restore_fully(part.job))
+        return outcomes
+
+    def _restore_fully(self, job: RestoreJob) -> RestoreOutcome:
+        """Wipe ``job``'s store and read its partition from the start."""
         with closing(eof_consumer(self._consumer_config, "restore")) as consumer:
             part = self._prepare_full(job, consumer)
             self._read_together(consumer, [part])
@@ -161,39 +181,6 @@ class ChangelogRestorer:
             self.listener.on_restore_reason((job.topic, job.partition), job.store.name, job.reason)
         job.store.wipe()
         return self._prepare(job, StoreMetadata(), consumer)
-
-    def _restore_together(self, jobs: list[RestoreJob]) -> list[RestoreOutcome]:
-        """Read ``jobs``' partitions through one consumer. A job whose checkpoint the log
-        contradicts restores fully on its own afterwards, as :meth:`restore` would."""
-        parts: list[_PartitionRestore] = []
-        try:
-            with closing(eof_consumer(self._consumer_config, "restore")) as consumer:
-                for job in jobs:
-                    if job.full:
-                        parts.append(self._prepare_full(job, consumer))
-                        continue
-                    try:
-                        parts.append(self._prepare(job, job.store.read_metadata(), consumer))
-                    except InconsistentStateError as exc:
-                        job.full = True
-                        job.reason = f"inconsistent local state: {exc}; restoring fully"
-                        parts.append(self._prepare_full(job, consumer))
-                self._read_together(consumer, parts)
-        except _ReadMustRestart as exc:
-            # The log moved under a checkpointed read (its start passed the position): every
-            # store of the group may be ahead of its own checkpoint, so all restore fully.
-            for part in parts:
-                part.job.full, part.job.reason = True, f"{exc}; restoring fully"
-            return [self.restore(part.job) for part in parts]
-        outcomes = []
-        for part in parts:
-            if part.failed is None:
-                outcomes.append(part.outcome)
-                continue
-            part.job.full = True
-            part.job.reason = f"inconsistent local state: {part.failed}; restoring fully"
-            outcomes.append(self.restore(part.job))
-        return outcomes
 
     def newest_epoch(
         self,
@@ -346,6 +333,10 @@ class ChangelogRestorer:
             ) from exc
         for part in parts:
             part.finish()
+
+
+def _mark_full(job: RestoreJob, failure: Exception) -> None:
+    job.full, job.reason = True, f"inconsistent local state: {failure}; restoring fully"
 
 
 def _where(tp: tuple[str, int]) -> str:
