@@ -67,15 +67,27 @@ def _write_committed(env, task_id="0_0", partition=0, n=50, batch=0):
     task.close()
 
 
+def _corrupt_files(store_dir):
+    for f in store_dir.iterdir():
+        if f.name.startswith(("CURRENT", "MANIFEST")) or f.suffix == ".sst":
+            f.write_bytes(b"\x00garbage" * 64)
+
+
+def _reopen(env, specs, listener):
+    """Task 0_0 opened again: the task, its restore outcomes by store, the reasons given."""
+    listener.events.clear()
+    task = env.task("0_0", 0, specs)
+    outcomes = {o.job.store.name: o for o in task.open()}
+    return task, outcomes, [e for e in listener.events if e[0] == "reason"]
+
+
 def test_corrupt_store_file_is_wiped_and_fully_restored(broker, tmp_path, topic_name):
     listener = RecordingListener()
     env = _env(broker, tmp_path, topic_name, listener)
     env.ensure_changelogs(SPECS, 1)
     _write_committed(env)
     store_dir = tmp_path / "state" / topic_name / "0_0" / "rocksdb" / "kv"
-    for f in store_dir.iterdir():
-        if f.name.startswith(("CURRENT", "MANIFEST")) or f.suffix == ".sst":
-            f.write_bytes(b"\x00garbage" * 64)
+    _corrupt_files(store_dir)
     listener.events.clear()
     task = env.task("0_0", 0, SPECS)
     outcomes = task.open()
@@ -224,12 +236,9 @@ def test_a_contradicted_checkpoint_restores_fully_beside_a_partial_restore(
         # Offset 5 of kv's changelog holds a data record (the first batch's puts).
         store.restore_batch([], replace(meta, changelog_offset=5))
         store.close()
-        listener.events.clear()
-        task = env.task("0_0", 0, specs)
-        outcomes = {o.job.store.name: o for o in task.open()}
+        task, outcomes, reasons = _reopen(env, specs, listener)
         try:
             assert outcomes["kv"].full and not outcomes["kv2"].full
-            reasons = [e for e in listener.events if e[0] == "reason"]
             assert [(e[1], "is not a commit marker" in e[2]) for e in reasons] == [("kv", True)]
             assert outcomes["kv2"].restored_records == 0  # nothing after its checkpoint
             for name in ("kv", "kv2"):
@@ -260,15 +269,10 @@ def test_a_corrupt_store_beside_a_sound_one_reports_its_reason_and_restores_full
         task.commit(0, {"in:0": 30})
         task.close()
         store_dir = tmp_path / "state" / topic_name / "0_0" / "rocksdb" / "kv"
-        for f in store_dir.iterdir():
-            if f.name.startswith(("CURRENT", "MANIFEST")) or f.suffix == ".sst":
-                f.write_bytes(b"\x00garbage" * 64)
-        listener.events.clear()
-        task = env.task("0_0", 0, specs)
-        outcomes = {o.job.store.name: o for o in task.open()}
+        _corrupt_files(store_dir)
+        task, outcomes, reasons = _reopen(env, specs, listener)
         try:
             assert outcomes["kv"].full and not outcomes["kv2"].full
-            reasons = [e for e in listener.events if e[0] == "reason"]
             assert [(e[1], "corrupt" in e[2]) for e in reasons] == [("kv", True)], reasons
             for name in ("kv", "kv2"):
                 assert dict(task.store(name).all()) == {f"k{i}": i for i in range(30)}
