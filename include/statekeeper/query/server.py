@@ -651,9 +651,11 @@ def _asgi_app(server: QueryServer) -> Any:
             status = HTTPStatus.METHOD_NOT_ALLOWED
             body: dict[str, Any] = {"error": "only GET is served", "status": int(status)}
         else:
+            # The path as sent (still percent-encoded: route() decodes each part); ASGI
+            # keeps the query string apart.
             path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
             query = scope.get("query_string", b"").decode("latin-1")
-            status, body = await asyncio.to_thread(server.answer, path.split("?", 1)[0], query)
+            status, body = await asyncio.to_thread(server.answer, path, query)
         data = json.dumps(body).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
         await send({"type": "http.response.start", "status": int(status), "headers": headers})

@@ -27,11 +27,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from statekeeper.process_identity import ProcessIdentity
 from statekeeper.procfs import parent_pid
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.worker.executor_services import ExecutorServicesHost, try_host_lock
+from statekeeper.worker.task_runner import settings_to_json
 
 log = logging.getLogger("statekeeper.executor")
 
@@ -111,13 +114,9 @@ def _start(
     staged.replace(topology_path)
     jvm = ProcessIdentity.of(executor.jvm_pid or _java_ancestor())
     spec = {
-        "settings": json.loads(settings.model_dump_json()),
+        "settings": settings_to_json(settings),  # as executors get them
         "state_dir": str(state_dir),
-        "executor": {
-            "executor_id": executor.executor_id,
-            "host": executor.host,
-            "jvm_pid": executor.jvm_pid,
-        },
+        "executor": asdict(executor),
         "jvm": jvm.to_json(),
         "sys_path": [p for p in sys.path if p],
         "lock_fd": lock_fd,
@@ -145,7 +144,7 @@ def serve(spec_path: Path) -> int:
         if entry not in sys.path:
             sys.path.insert(0, entry)
 
-    settings = StatekeeperSettings.model_validate(spec["settings"])
+    settings = StatekeeperSettings.model_validate_json(spec["settings"])
     state_dir = Path(spec["state_dir"])
     executor = ExecutorIdentity(**spec["executor"])
     jvm = ProcessIdentity.from_json(spec["jvm"])
@@ -156,8 +155,6 @@ def serve(spec_path: Path) -> int:
         if fd is None:
             return 0  # another process hosts them
     os.set_inheritable(fd, False)
-    import pickle
-
     topology_path = spec_path.with_name(TOPOLOGY_FILE)
     topology = pickle.loads(topology_path.read_bytes())  # noqa: S301 - our task wrote it
     stop = threading.Event()

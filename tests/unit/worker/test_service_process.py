@@ -23,6 +23,7 @@ from statekeeper.worker.service_process import (
     _started,
     start_service_process,
 )
+from statekeeper.worker.task_runner import settings_to_json
 
 
 def _spec(tmp_path: Path, watched: int) -> Path:
@@ -36,7 +37,7 @@ def _spec(tmp_path: Path, watched: int) -> Path:
     folder.mkdir(parents=True)
     (folder / TOPOLOGY_FILE).write_bytes(pickle.dumps(None))
     spec = {
-        "settings": json.loads(settings.model_dump_json()),
+        "settings": settings_to_json(settings),
         "state_dir": str(settings.state_dir),
         "executor": {"executor_id": "7", "host": "127.0.0.1", "jvm_pid": watched},
         "jvm": ProcessIdentity.of(watched).to_json(),
