@@ -186,7 +186,7 @@ def main() -> None:
             produce_changelog(
                 bootstrap, topic, args.tail, args.keys, next_batch, args.batch_records
             )
-            part_n, part_s, (part_keys, part_outcomes) = restore(
+            part_n, part_s, (_, part_outcomes) = restore(
                 bootstrap, work / "full-0-0", topic, args.threads
             )
             # The restores run in this process: its peak covers them (and the produce).

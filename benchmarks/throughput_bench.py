@@ -949,7 +949,7 @@ def run_quix(
     admin: Any,
     work: Path,
     ids: Any,
-    result: dict[str, Any],
+    distinct_keys: int,
 ) -> dict[str, Any]:
     """The Quix Streams peer: its count over a copy of the input, then its recovery of that
     state from its changelog, each phase a process of its own (peak RSS per phase)."""
@@ -964,7 +964,7 @@ def run_quix(
         command = [args.quix_python, str(script), phase, "--bootstrap", bootstrap]
         command += ["--topic", QUIX_TOPIC, "--group", "quix-bench"]
         command += ["--state-dir", str(work / f"quix-{phase}")]
-        command += ["--records", str(args.records), "--keys", str(result["distinct_keys"])]
+        command += ["--records", str(args.records), "--keys", str(distinct_keys)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s + 120)
         if done.returncode:
             return {"error": f"{phase} exited {done.returncode}: {done.stderr[-2000:]}"}
@@ -1020,7 +1020,9 @@ def main() -> None:
 
             contenders, large = run_contenders(args, bootstrap, work, budget, ids)
             if args.quix_python:
-                result["quix"] = run_quix(args, bootstrap, admin, work, ids, result)
+                result["quix"] = run_quix(
+                    args, bootstrap, admin, work, ids, result["distinct_keys"]
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
