@@ -424,6 +424,13 @@ def test_stop_ends_processes_frozen_by_another_process(tmp_path: Path) -> None:
         ticks = {pid: start_ticks(pid) for pid in pids}
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
+        # The other process's freeze is done before the stop: SIGSTOP takes effect
+        # asynchronously, and a process still running gets SIGTERM and the whole timeout.
+        _wait_for(
+            lambda: all((st := proc_stat(pid)) is not None and st.state == "T" for pid in pids),
+            10,
+            "the SIGSTOPs to take effect",
+        )
         cluster._write_state()
         other = LocalSparkCluster.attach(tmp_path)
         started = time.monotonic()
