@@ -219,10 +219,11 @@ class StatekeeperSettings(BaseSettings):
         "as a key's newest (docs/fencing.md)",
     )
     executor_services_process: bool = Field(
-        False,
-        description="Run each executor's standbys and query server in a process of their own "
-        "(started by the executor's first task, ending with the executor's JVM) instead of "
-        "inside one of its Python workers, where they share the GIL with the tasks",
+        True,
+        description="Run each executor's standbys, query server and snapshot uploads in a "
+        "process of their own (started by the executor's first task, ending with the "
+        "executor's JVM); false: inside one of its Python workers (the uploads in every "
+        "worker), sharing the GIL with the tasks",
     )
     query_host: str = Field("127.0.0.1", description="Bind address of each executor's query server")
     query_port: int | None = Field(

@@ -4,11 +4,13 @@ It commits a task's stores, stages them through the worker's :class:`TaskSnapsho
 running app's path) and lets the background uploader upload through a deliberately slow
 storage: the first file goes through, every later one blocks (on ``file://`` after it was
 written to ``staging/``, before it is moved into ``shared/``; on S3 before it is put). It
-prints ``UPLOADING`` when the upload is stuck there; the test then kills it.
+prints ``UPLOADING`` when the upload is stuck there; the test then kills it. With
+``--spool`` the task hands its copy to the executor's upload spool, and this process then
+uploads it as the service process would (:class:`SpoolUploader`).
 
 Run from the repository root:
 ``python -m tests.integration.snapshot_upload_child --bootstrap H:P --state-dir D --app A
---url URL [--options JSON]``
+--url URL [--options JSON] [--spool]``
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage
 from statekeeper.state.environment import StateEnvironment
 from statekeeper.worker.task_snapshots import TaskSnapshots
+from statekeeper.worker.upload_spool import SpoolUploader
 
 from .test_snapshots import SPECS, _fill
 
@@ -56,12 +59,14 @@ def main() -> None:
     for name in ("--bootstrap", "--state-dir", "--app", "--url"):
         parser.add_argument(name, required=True)
     parser.add_argument("--options", default="{}")
+    parser.add_argument("--spool", action="store_true")
     args = parser.parse_args()
     settings = load_settings(
         bootstrap_servers=args.bootstrap,
         state_dir=args.state_dir,
         application_id=args.app,
         snapshot_url=args.url,
+        executor_services_process=args.spool,
     )
     env = StateEnvironment(settings)
     env.ensure_changelogs(SPECS, 1)
@@ -75,6 +80,8 @@ def main() -> None:
     snapshots.arm("0_0", "kill9")
     events = snapshots.finish(task)  # stages and hands the copy to the uploader
     print(json.dumps(events), flush=True)
+    if args.spool:
+        SpoolUploader(settings, settings.state_dir, storage=lambda: storage)
     time.sleep(3600)
 
 

@@ -42,6 +42,8 @@ def _settings(broker: Any, tmp_path: Any, app: str, **values: Any) -> Any:
         state_dir=tmp_path / "state",
         checkpoint_dir=tmp_path / "ckpt",
         status_port=None,
+        # the worker uploads its snapshots: run_share runs here without a driver
+        executor_services_process=False,
         **values,
     )
 

@@ -20,13 +20,16 @@ from pathlib import Path
 import pytest
 
 from statekeeper.settings import load_settings
-from statekeeper.snapshots import SnapshotStorage, list_snapshots, prune
+from statekeeper.snapshots import SnapshotStorage, list_snapshots, prune, verify_snapshot
 from statekeeper.worker.task_snapshots import STAGING_FOLDER, TaskSnapshots
+from statekeeper.worker.upload_spool import SpoolUploader, UploadSpool, spool_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _upload_and_kill(broker, tmp_path: Path, app: str, url: str, options: dict) -> int:
+def _upload_and_kill(
+    broker, tmp_path: Path, app: str, url: str, options: dict, spool: bool = False
+) -> int:
     stderr_path = tmp_path / "child.stderr"
     with stderr_path.open("w") as stderr:
         child = subprocess.Popen(
@@ -44,6 +47,7 @@ def _upload_and_kill(broker, tmp_path: Path, app: str, url: str, options: dict) 
                 url,
                 "--options",
                 json.dumps(options),
+                *(["--spool"] if spool else []),
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -138,3 +142,40 @@ def test_snapshot_killed_mid_upload_is_never_listed_and_is_cleaned_up(
         assert not any(p.exists() for p in local_staging)
     finally:
         snapshots.close()
+
+
+def test_a_spooled_upload_killed_mid_way_is_finished_by_the_next_uploader(
+    broker, tmp_path, topic_name
+):
+    """The task hands its staged copy to the executor's upload spool; the uploader (the
+    service process's) is killed mid-upload. The job stays spooled, and the next uploader
+    uploads it whole: one verified snapshot, its event drained once, no copy left."""
+    url = (tmp_path / "snaps").as_uri()
+    _upload_and_kill(broker, tmp_path, topic_name, url, {}, spool=True)
+    settings = load_settings(
+        bootstrap_servers=broker.bootstrap_servers,
+        state_dir=tmp_path / "state",
+        application_id=topic_name,
+        snapshot_url=url,
+        executor_services_process=True,
+    )
+    spool = UploadSpool(spool_dir(settings.state_dir, topic_name))
+    assert spool.pending == 1  # the killed upload's job is still there
+    storage = SnapshotStorage(url, topic_name)
+    assert list_snapshots(storage) == []
+
+    uploader = SpoolUploader(settings, settings.state_dir)
+    try:
+        deadline = time.monotonic() + 60
+        while spool.pending:
+            assert time.monotonic() < deadline, "the next uploader left the job spooled"
+            time.sleep(0.05)
+    finally:
+        uploader.close()
+    snapshots = list_snapshots(storage)
+    assert [m.task for m in snapshots] == ["0_0"] * len(snapshots) and snapshots
+    assert all(verify_snapshot(storage, m).ok for m in snapshots)
+    events = spool.drain()
+    assert [e["event"] for e in events] == ["uploaded"] and spool.drain() == []
+    assert events[0]["snapshot_ids"] == {m.store: m.snapshot_id for m in snapshots}
+    assert not any(p.is_file() for p in spool.folder.rglob("*"))  # nothing left spooled

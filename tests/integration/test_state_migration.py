@@ -108,6 +108,8 @@ def _settings(broker: Any, state_dir: Path, app: str) -> Any:
         state_dir=state_dir,
         checkpoint_dir=state_dir.parent / "ckpt",
         status_port=None,
+        # the worker uploads its snapshots: run_share runs here without a driver
+        executor_services_process=False,
     )
 
 

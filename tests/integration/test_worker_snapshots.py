@@ -1,23 +1,30 @@
-"""Snapshots taken inside the worker (run_share) at a commit, uploaded in the background,
-and installed when a task's directory is lost: real broker, real RocksDB, file:// storage."""
+"""Snapshots taken inside the worker (run_share) at a commit, uploaded in the background
+(by the worker, or by the executor's service process through the upload spool), and
+installed when a task's directory is lost: real broker, real RocksDB, file:// storage."""
 
 from __future__ import annotations
 
 import shutil
+import signal
+import time
 import uuid
 from collections import Counter
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from statekeeper.app.store_reader import read_store
 from statekeeper.app.topics import prepare_topics
+from statekeeper.cluster.executor import current_executor
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import OffsetRange
 from statekeeper.processing.dsl import Materialized, StreamsBuilder
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots, verify_snapshot
+from statekeeper.worker import service_process
+from statekeeper.worker.executor_services import ensure_executor_services
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
 from statekeeper.worker.task_runner import (
     _services,
@@ -28,6 +35,30 @@ from statekeeper.worker.task_runner import (
 
 PARTITIONS = 2
 PER_BATCH = 100  # records per partition and batch
+
+#: Who uploads: each worker (a thread) or the executor's service process (``process``).
+UPLOADERS = pytest.mark.parametrize("uploader", ["in_worker", "process"])
+
+
+def _wait_uploads(settings_json: str) -> None:
+    snapshots = _services(settings_json).snapshots
+    if snapshots.spool is None:
+        assert snapshots.uploader.wait_idle(30)
+        return
+    deadline = time.monotonic() + 60
+    while snapshots.spool.pending:
+        assert time.monotonic() < deadline, "the service process did not upload the spool"
+        time.sleep(0.05)
+
+
+def _close(settings_json: str) -> None:
+    """Close the worker's services, and stop the service process a run started."""
+    close_worker_services()
+    for process in service_process._started:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) in (0, -signal.SIGTERM)  # -: before its handler was set
+    service_process._started.clear()
+    service_process._last_start.clear()
 
 
 def _topology(topic: str) -> Any:
@@ -55,7 +86,10 @@ def _runs(topic: str, batch_id: int, request: str | None = None, read: bool = Tr
 
 
 def _run(runs: list[TaskRun], topology: Any, settings_json: str) -> list[TaskRunResult]:
-    return run_share(0, [runs], uuid.uuid4().hex, topology, settings_json)
+    settings = _services(settings_json).settings  # the driver's first pass starts them:
+    ensure_executor_services(settings, settings.state_dir, current_executor(), topology)
+    out = run_share(0, [runs], uuid.uuid4().hex, topology, settings_json)
+    return [r for r in out if isinstance(r, TaskRunResult)]  # not the services' report
 
 
 def _events(results: list[TaskRunResult], kind: str) -> dict[str, dict]:
@@ -71,8 +105,9 @@ def _produce(broker: Any, topic: str, batches: int, expected: Counter) -> None:
     assert producer.flush(15) == 0
 
 
+@UPLOADERS
 def test_snapshot_at_a_commit_uploads_in_background_and_restores_a_lost_task(
-    broker, admin, topic_name, tmp_path
+    broker, admin, topic_name, tmp_path, uploader
 ):
     ensure_topic(admin, topic_name, PARTITIONS)
     expected: Counter[str] = Counter()
@@ -83,6 +118,7 @@ def test_snapshot_at_a_commit_uploads_in_background_and_restores_a_lost_task(
         application_id=app,
         state_dir=tmp_path / "state",
         commit_interval_ms=3_600_000,  # only the first batch and the snapshot force commits
+        executor_services_process=uploader == "process",
     )
     topology = _topology(topic_name)
     prepare_topics(admin, topology, app, 30.0)
@@ -100,8 +136,7 @@ def test_snapshot_at_a_commit_uploads_in_background_and_restores_a_lost_task(
         assert sorted(staged) == ["0_0", "0_1"]
         assert all(e["request_id"] == "req-1" and e["batch_id"] == 2 for e in staged.values())
         assert all(0 <= e["pause_ms"] <= e["stage_ms"] for e in staged.values())
-        services = _services(settings_json)
-        assert services.snapshots.uploader.wait_idle(30)
+        _wait_uploads(settings_json)
 
         # Upload events come back with the worker's next results (any task's).
         batch3 = _run(_runs(topic_name, 3), topology, settings_json)
@@ -122,9 +157,9 @@ def test_snapshot_at_a_commit_uploads_in_background_and_restores_a_lost_task(
             "0_0": 3,
             "0_1": 3,
         }
-        assert services.snapshots.uploader.wait_idle(30)
+        _wait_uploads(settings_json)
     finally:
-        close_worker_services()
+        _close(settings_json)
 
     # Task 0_1 loses its directory: it comes back from its newest snapshot (batch 3, the
     # commit-only one) with no tail; then its state equals a recount.
@@ -140,7 +175,7 @@ def test_snapshot_at_a_commit_uploads_in_background_and_restores_a_lost_task(
         assert lost["snapshot_id"] == newest.snapshot_id and lost["records"] == 0
         assert restored["0_0"]["counts"]["source"] == "local state"
     finally:
-        close_worker_services()
+        _close(settings_json)
     assert read_store(settings, topology, "counts", PARTITIONS) == dict(expected)
 
 
@@ -180,7 +215,10 @@ def test_snapshot_tail_is_replayed_after_the_snapshot(broker, admin, topic_name,
     assert read_store(settings, topology, "counts", PARTITIONS) == dict(expected)
 
 
-def test_an_upload_failure_is_reported_and_processing_goes_on(broker, admin, topic_name, tmp_path):
+@UPLOADERS
+def test_an_upload_failure_is_reported_and_processing_goes_on(
+    broker, admin, topic_name, tmp_path, uploader
+):
     ensure_topic(admin, topic_name, PARTITIONS)
     expected: Counter[str] = Counter()
     _produce(broker, topic_name, 2, expected)
@@ -194,6 +232,7 @@ def test_an_upload_failure_is_reported_and_processing_goes_on(broker, admin, top
         snapshot_url=(blocker / "snaps").as_uri(),
         restore_from_snapshots=False,
         commit_interval_ms=0,
+        executor_services_process=uploader == "process",
     )
     topology = _topology(topic_name)
     prepare_topics(admin, topology, app, 30.0)
@@ -202,7 +241,7 @@ def test_an_upload_failure_is_reported_and_processing_goes_on(broker, admin, top
         first = _run(_runs(topic_name, 0, request="doomed"), topology, settings_json)
         assert all(r.committed for r in first)
         assert sorted(_events(first, "staged")) == ["0_0", "0_1"]
-        assert _services(settings_json).snapshots.uploader.wait_idle(30)
+        _wait_uploads(settings_json)
         second = _run(_runs(topic_name, 1), topology, settings_json)
         failed = _events(first + second, "failed")  # a fast failure rides with `first`
         assert sorted(failed) == ["0_0", "0_1"]
@@ -212,6 +251,8 @@ def test_an_upload_failure_is_reported_and_processing_goes_on(broker, admin, top
         assert all(r.committed and r.records_processed > 0 for r in second)
         staging = settings.state_dir / ".snapshot-staging"
         assert not any(p.is_file() for p in staging.rglob("*"))  # staged copies removed
+        spool = settings.state_dir / app / ".executor" / "upload-spool"
+        assert not any(p.is_file() for p in (spool / "jobs").rglob("*"))
     finally:
-        close_worker_services()
+        _close(settings_json)
     assert read_store(settings, topology, "counts", PARTITIONS) == dict(expected)

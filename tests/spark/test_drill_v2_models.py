@@ -130,6 +130,8 @@ def test_word_count_v2_drill_of_migrated_state(broker, admin, spark, tmp_path, c
         "state_dir": str(tmp_path / "state"),
         "checkpoint_dir": str(tmp_path / "ckpt"),
         "status_port": None,
+        # the worker uploads its snapshots: run_share runs here without a driver
+        "executor_services_process": False,
     }
     v1_path = _spec(
         "word_count",
@@ -238,6 +240,8 @@ def test_patient_monitoring_v2_drill_of_migrated_state(
         "state_dir": str(tmp_path / "state"),
         "checkpoint_dir": str(tmp_path / "ckpt"),
         "status_port": None,
+        # the worker uploads its snapshots: run_share runs here without a driver
+        "executor_services_process": False,
     }
     topics = {"input_topic": events}
     v1_path = _spec(

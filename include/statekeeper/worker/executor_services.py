@@ -1,4 +1,5 @@
-"""What an executor runs beside its tasks: standby replicas and the query server.
+"""What an executor runs beside its tasks: standby replicas and the query server (and, in a
+service process of its own, the snapshot uploads: :mod:`~statekeeper.worker.upload_spool`).
 
 Spark gives an executor several Python workers and no place of its own to run a service, so
 one of the executor's Python workers hosts them: the first to take the executor's host lock
@@ -85,6 +86,10 @@ def _components(
         parts["query"] = QueryServer(
             settings, state_dir, executor, topology=topology, standby_lag=standby_lag
         )
+    if settings.executor_services_process:  # else each worker uploads its own snapshots
+        from statekeeper.worker.upload_spool import SpoolUploader
+
+        parts["uploads"] = SpoolUploader(settings, state_dir)
     return parts
 
 
@@ -213,14 +218,15 @@ def ensure_executor_services(
 ) -> ExecutorServicesHost | None:
     """Start this executor's services here unless another process hosts them; returns the
     host when it is this process. With ``executor_services_process`` they start in a process
-    of their own instead (:mod:`statekeeper.worker.service_process`), and this returns None.
-    A no-op when the settings ask for neither standbys nor a query server."""
-    if settings.num_standby_replicas <= 0 and settings.query_port is None:
-        return None
-    if settings.executor_services_process:
+    of their own instead (:mod:`statekeeper.worker.service_process`), with the snapshot
+    uploads, and this returns None. Otherwise a no-op when the settings ask for neither
+    standbys nor a query server."""
+    if settings.executor_services_process:  # it uploads the snapshots too: always one
         from statekeeper.worker.service_process import start_service_process
 
         start_service_process(settings, Path(state_dir), executor, topology)
+        return None
+    if settings.num_standby_replicas <= 0 and settings.query_port is None:
         return None
     key = (str(state_dir), settings.application_id)
     with _HOSTS_LOCK:

@@ -139,47 +139,46 @@ class SnapshotUploader:
             self._events.append(event)
 
     def _run(self) -> None:
-        from statekeeper.snapshots.create import upload_staged
-        from statekeeper.snapshots.storage import SharedFiles
-
         while True:
             job = self._queue.get()
             try:
                 if job is None:
                     return
-                started = time.perf_counter()
-                try:
-                    storage = self._storage()
-                    shared = SharedFiles(storage)  # the task's stores share files: one check
-                    results = [
-                        upload_staged(staged, storage, shared=shared) for staged in job.staged
-                    ]
-                except Exception as exc:  # reported to the driver; processing goes on
-                    log.warning("task %s: snapshot upload failed: %s", job.task_id, exc)
-                    self._emit(
-                        job.event(
-                            "failed",
-                            phase="upload",
-                            error=f"{type(exc).__name__}: {exc}",
-                            upload_seconds=round(time.perf_counter() - started, 3),
-                        )
-                    )
-                else:
-                    self._emit(
-                        job.event(
-                            "uploaded",
-                            bytes_total=sum(r.bytes_total for r in results),
-                            bytes_uploaded=sum(r.bytes_uploaded for r in results),
-                            files_uploaded=sum(r.files_uploaded for r in results),
-                            files_healed=sum(r.files_healed for r in results),
-                            key_count=sum(r.manifest.key_count for r in results),
-                            upload_seconds=round(time.perf_counter() - started, 3),
-                        )
-                    )
-                finally:
-                    job.discard()
+                self._emit(upload_job(job, self._storage))
             finally:
                 self._queue.task_done()
+
+
+def upload_job(job: UploadJob, storage: Callable[[], Any]) -> dict[str, Any]:
+    """Upload ``job``'s stores (manifests last) and remove its staged copy; returns its
+    ``uploaded`` or ``failed`` event. Never raises: a failure is the event."""
+    from statekeeper.snapshots.create import upload_staged
+    from statekeeper.snapshots.storage import SharedFiles
+
+    started = time.perf_counter()
+    try:
+        target = storage()
+        shared = SharedFiles(target)  # the task's stores share files: one check
+        results = [upload_staged(staged, target, shared=shared) for staged in job.staged]
+    except Exception as exc:  # reported to the driver; processing goes on
+        log.warning("task %s: snapshot upload failed: %s", job.task_id, exc)
+        return job.event(
+            "failed",
+            phase="upload",
+            error=f"{type(exc).__name__}: {exc}",
+            upload_seconds=round(time.perf_counter() - started, 3),
+        )
+    finally:
+        job.discard()
+    return job.event(
+        "uploaded",
+        bytes_total=sum(r.bytes_total for r in results),
+        bytes_uploaded=sum(r.bytes_uploaded for r in results),
+        files_uploaded=sum(r.files_uploaded for r in results),
+        files_healed=sum(r.files_healed for r in results),
+        key_count=sum(r.manifest.key_count for r in results),
+        upload_seconds=round(time.perf_counter() - started, 3),
+    )
 
 
 def remove_dead_staging(root: Path) -> list[Path]:

@@ -5,7 +5,9 @@ request; the runner :meth:`arms <TaskSnapshots.arm>` each such task before commi
 The task's after-commit hook (registered once per open task, :meth:`watch`) then stages its
 stores right after the ``COMMITTED`` transaction — only the RocksDB checkpoints / in-memory
 dumps, which is the processing pause — and hands them to this process's
-:class:`~statekeeper.worker.snapshot_uploader.SnapshotUploader`. A task the batch did not
+:class:`~statekeeper.worker.snapshot_uploader.SnapshotUploader`, or, with
+``executor_services_process``, to the executor's service process through its
+:mod:`~statekeeper.worker.upload_spool`. A task the batch did not
 need to commit (nothing processed since its last commit) is already at a commit boundary
 and is staged by :meth:`finish` instead. Staging happens only at a commit, so snapshots do
 not touch exactly-once; a staging or upload failure is reported, never raised.
@@ -36,6 +38,7 @@ from statekeeper.worker.snapshot_uploader import (
     UploadJob,
     remove_dead_staging,
 )
+from statekeeper.worker.upload_spool import UploadSpool, spool_dir
 
 log = logging.getLogger("statekeeper.worker.snapshots")
 
@@ -70,6 +73,10 @@ class TaskSnapshots:
         self.staging_dir = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._storage: Any | None = None
         self.uploader = SnapshotUploader(self.storage)
+        #: With ``executor_services_process`` the executor's service process uploads.
+        self.spool: UploadSpool | None = None
+        if settings.executor_services_process:
+            self.spool = UploadSpool(spool_dir(Path(settings.state_dir), settings.application_id))
         self._armed: dict[str, str] = {}  # task id -> request id
         #: task id -> the topology fingerprint (JSON) its armed snapshot's manifests record
         self._topologies: dict[str, str | None] = {}
@@ -173,14 +180,17 @@ class TaskSnapshots:
             snapshot_ids={s.manifest.store: s.manifest.snapshot_id for s in staged},
         )
         self._event(state.task_id, job.event("staged"))
-        self.uploader.submit(job)
+        if self.spool is None:
+            self.uploader.submit(job)
+        elif (refused := self.spool.submit(job)) is not None:
+            self._event(state.task_id, refused)
 
     def _event(self, task_id: str, event: dict[str, Any]) -> None:
         self._events.setdefault(task_id, []).append(event)
 
     def drain_uploads(self) -> list[dict[str, Any]]:
         """Upload events (any task's) finished since the last call."""
-        return self.uploader.drain()
+        return self.uploader.drain() if self.spool is None else self.spool.drain()
 
     # -- restoring -----------------------------------------------------------------------------
 
