@@ -1,10 +1,10 @@
 """Peak resident memory of a benchmark's processes, by role, from /proc (Linux).
 
 Every process below the benchmark (the driver's Python itself, Spark's JVM, the PySpark
-daemon and its Python workers, the embedded broker, helper processes) reports ``VmHWM``, the
-kernel's high-water mark of its resident set since it started. Read at the end of a
-contender, it is that process's peak so far; a Python worker Spark reused across contenders
-carries the largest one's peak.
+daemon and its Python workers, each executor's service process, the embedded broker, helper
+processes) reports ``VmHWM``, the kernel's high-water mark of its resident set since it
+started. Read at the end of a contender, it is that process's peak so far; a Python worker
+Spark reused across contenders carries the largest one's peak.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ def _role(pid: int, root: int) -> str:
         return "python_workers"
     if "tansu" in cmd:
         return "broker"
+    if "statekeeper.worker.service_process" in cmd:
+        return "executor_services"
     if "pyspark.worker" in cmd or "pyspark/worker" in cmd:
         return "python_workers"
     return "other"

@@ -226,6 +226,41 @@ def test_a_log_end_reader_follows_the_log_across_reads(
     assert log_end_offsets(consumer_config(broker.bootstrap_servers), tps) == expected
 
 
+def test_a_log_end_reader_reads_only_partitions_whose_watermark_moved(
+    broker: EmbeddedBroker, admin: Any, topic_name: str, monkeypatch: pytest.MonkeyPatch
+):
+    """An unchanged high watermark means an unchanged end, so the reader asks for the
+    watermarks only; a partition that got one more record is read to its exact end again
+    (many small produce batches, so a trailing watermark would show)."""
+    from statekeeper.kafka import offsets
+
+    ensure_topic(admin, topic_name, 2)
+    tps = [(topic_name, 0), (topic_name, 1)]
+    producer = Producer(producer_config(broker.bootstrap_servers))
+    for i in range(40):
+        producer.produce(topic_name, b"v", partition=i % 2)
+        assert producer.flush(15) == 0  # one produce batch per record
+    assigned: list[list] = []
+    real_assign = offsets.assign_at
+    monkeypatch.setattr(
+        offsets,
+        "assign_at",
+        lambda c, starts: (assigned.append(sorted(starts)), real_assign(c, starts)),
+    )
+    reader = LogEndReader(consumer_config(broker.bootstrap_servers), timeout_s=10)
+    try:
+        assert reader.read(tps) == {tps[0]: 20, tps[1]: 20}
+        assert assigned == [tps]
+        assert reader.read(tps) == {tps[0]: 20, tps[1]: 20}
+        assert assigned == [tps]  # nothing moved: no read
+        producer.produce(topic_name, b"v", partition=1)
+        assert producer.flush(15) == 0
+        assert reader.read(tps) == {tps[0]: 20, tps[1]: 21}
+        assert assigned == [tps, [tps[1]]]
+    finally:
+        reader.close()
+
+
 def test_a_log_end_reader_recovers_after_an_error(
     broker: EmbeddedBroker, admin: Any, topic_name: str
 ):

@@ -84,6 +84,8 @@ def _worker_app(broker, admin, topic: str, tmp_path: Path, **settings: Any) -> t
         application_id=app,
         state_dir=tmp_path / "state",
         commit_interval_ms=0,
+        # each worker uploads its snapshots: run_share runs here without a driver
+        executor_services_process=False,
         **settings,
     )
     topology = _topology(topic)

@@ -11,8 +11,10 @@ its executors and their Python workers) wins over the driver's ``state_dir`` set
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,14 +48,22 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
-def executor_of_process(pid: int, max_depth: int = 6) -> ExecutorIdentity:
-    """The executor ``pid`` runs under: the first ancestor JVM started with
-    ``--executor-id``, else the driver (local mode, or the driver itself)."""
-    host = socket.gethostname()
+def _ancestors(pid: int, max_depth: int) -> Iterator[int]:
+    """``pid`` and up to ``max_depth - 1`` of its ancestors, nearest first (init excluded)."""
     current: int | None = pid
     for _ in range(max_depth):
         if current is None or current <= 1:
-            break
+            return
+        yield current
+        current = parent_pid(current)
+
+
+def executor_of_process(pid: int, max_depth: int = 6) -> ExecutorIdentity:
+    """The executor ``pid`` runs under: the first ancestor JVM started with
+    ``--executor-id``, else the driver (local mode, or the driver itself; its ``jvm_pid``
+    is 0: see :func:`java_ancestor`)."""
+    host = socket.gethostname()
+    for current in _ancestors(pid, max_depth):
         args = _cmdline(current)
         if "--executor-id" in args:
             at = args.index("--executor-id")
@@ -61,8 +71,19 @@ def executor_of_process(pid: int, max_depth: int = 6) -> ExecutorIdentity:
                 if "--hostname" in args and args.index("--hostname") + 1 < len(args):
                     host = args[args.index("--hostname") + 1]
                 return ExecutorIdentity(args[at + 1], host, current)
-        current = parent_pid(current)
     return ExecutorIdentity(DRIVER_EXECUTOR_ID, host, 0)
+
+
+def java_ancestor(pid: int, max_depth: int = 6) -> int | None:
+    """The nearest ancestor of ``pid`` running Java (in local mode a Python worker's is the
+    driver's JVM); None when there is none."""
+    for current in itertools.islice(_ancestors(pid, max_depth), 1, None):
+        try:
+            if Path(f"/proc/{current}/comm").read_text().strip() == "java":
+                return current
+        except OSError:
+            return None
+    return None
 
 
 @functools.lru_cache(maxsize=1)

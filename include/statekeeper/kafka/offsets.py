@@ -67,14 +67,20 @@ class LogEndReader:
     """:func:`log_end_offsets` again and again on one consumer.
 
     A new consumer per lookup pays a connection and a metadata round trip each time; a
-    streaming source asks before every micro-batch. Not thread-safe; after an error the
-    consumer is replaced on the next call.
+    streaming source asks before every micro-batch. A partition whose high watermark has not
+    moved since this reader last read its end has the same end, so only the watermark is
+    asked for (the read to EOF was ~90 % of a lookup): every append moves the watermark on
+    every broker, to its end on Kafka and to the new last batch's start + 1 on brokers
+    whose watermark trails. Not thread-safe; after an error the consumer is replaced on the
+    next call.
     """
 
     def __init__(self, consumer_conf: dict[str, Any], timeout_s: float = 10.0) -> None:
         self.consumer_conf = consumer_conf
         self.timeout_s = timeout_s
         self._consumer: Consumer | None = None
+        #: partition -> (high watermark, end) as last read
+        self._known: dict[TP, tuple[int, int]] = {}
 
     def read(self, partitions: Iterable[TP]) -> dict[TP, int]:
         """The log end offset of each of ``partitions``."""
@@ -82,34 +88,44 @@ class LogEndReader:
         if not tps:
             return {}
         if self._consumer is None:
-            # A start already deleted by retention may jump to the end: only the end counts.
+            # A start already deleted by retention jumps to the end: only the end counts.
             self._consumer = eof_consumer(
                 self.consumer_conf, "offsets", **{"auto.offset.reset": "latest"}
             )
         consumer = self._consumer
         try:
-            lows, highs = watermarks(consumer, tps, self.timeout_s)
-            starts = {tp: max(lows[tp], highs[tp] - 1) for tp in tps}
-            assign_at(consumer, starts)
-            reader = PartitionReader(
-                consumer,
-                starts,
-                size_hints=highs,
-                timeout_s=self.timeout_s,
-                poll_timeout_s=_POLL_TIMEOUT_S,
-            )
-            positions = reader.drain()
-            ends = {tp: positions[tp] for tp in tps}
-            # The next read assigns afresh; no partition may stay paused from this one.
-            consumer.resume([TopicPartition(t, p) for t, p in tps])
-            consumer.unassign()
-            return ends
+            highs = _list_offsets(consumer, tps, OFFSET_END, self.timeout_s)
+            ends = {
+                tp: known[1]
+                for tp in tps
+                if (known := self._known.get(tp)) is not None and known[0] == highs[tp]
+            }
+            moved = [tp for tp in tps if tp not in ends]
+            if moved:
+                starts = {tp: max(0, highs[tp] - 1) for tp in moved}
+                assign_at(consumer, starts)
+                reader = PartitionReader(
+                    consumer,
+                    starts,
+                    size_hints={tp: highs[tp] for tp in moved},
+                    timeout_s=self.timeout_s,
+                    poll_timeout_s=_POLL_TIMEOUT_S,
+                )
+                positions = reader.drain()
+                # The next read assigns afresh; no partition may stay paused from this one.
+                consumer.resume([TopicPartition(t, p) for t, p in moved])
+                consumer.unassign()
+                for tp in moved:
+                    ends[tp] = positions[tp]
+                    self._known[tp] = (highs[tp], positions[tp])
+            return {tp: ends[tp] for tp in tps}
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
-        """Close the consumer (the next :meth:`read` opens a new one)."""
+        """Close the consumer (the next :meth:`read` opens a new one and reads every end)."""
+        self._known.clear()
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
             consumer.close()

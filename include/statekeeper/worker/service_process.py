@@ -38,9 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.atomic_file import replace_text
-from statekeeper.cluster.executor import ExecutorIdentity, executor_dir
+from statekeeper.cluster.executor import ExecutorIdentity, executor_dir, java_ancestor
 from statekeeper.process_identity import ProcessIdentity
-from statekeeper.procfs import parent_pid
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.worker.executor_services import ExecutorServicesHost, try_host_lock
 from statekeeper.worker.task_runner import settings_to_json
@@ -59,21 +58,6 @@ RESTART_AFTER_S = 5.0
 #: Service processes this worker started: polled so an exited one is reaped.
 _started: list[subprocess.Popen[bytes]] = []
 _last_start: dict[Path, float] = {}
-
-
-def _java_ancestor(max_depth: int = 6) -> int:
-    """The nearest ancestor of this process running Java (this process's pid if none)."""
-    current: int | None = os.getpid()
-    for _ in range(max_depth):
-        current = parent_pid(current) if current else None
-        if current is None or current <= 1:
-            break
-        try:
-            if Path(f"/proc/{current}/comm").read_text().strip() == "java":
-                return current
-        except OSError:
-            break
-    return os.getpid()
 
 
 def start_service_process(
@@ -112,7 +96,7 @@ def _start(
     staged = topology_path.with_name(f".{TOPOLOGY_FILE}.{os.getpid()}")
     staged.write_bytes(cloudpickle.dumps(topology))
     staged.replace(topology_path)
-    jvm = ProcessIdentity.of(executor.jvm_pid or _java_ancestor())
+    jvm = ProcessIdentity.of(executor.jvm_pid or java_ancestor(os.getpid()) or os.getpid())
     spec = {
         "settings": settings_to_json(settings),  # as executors get them
         "state_dir": str(state_dir),

@@ -20,6 +20,7 @@ from statekeeper.cluster.executor import (
     executor_dir,
     executor_of_process,
     executor_state_dir,
+    java_ancestor,
 )
 from statekeeper.kafka.model import OffsetRange
 from statekeeper.placement.assignment import Assignment, TaskPlacement
@@ -74,6 +75,28 @@ def test_a_process_under_no_executor_jvm_is_the_driver():
     identity = executor_of_process(os.getpid())
     assert (identity.executor_id, identity.jvm_pid) == (DRIVER_EXECUTOR_ID, 0)
     assert executor_of_process(2**22 + 12345).executor_id == DRIVER_EXECUTOR_ID  # no such pid
+
+
+def test_the_nearest_java_ancestor_is_found_as_the_local_drivers_jvm():
+    """What a service process watches in local mode: its worker's nearest Java ancestor (a
+    process named ``java`` here, as the driver's JVM is)."""
+    child_code = "import time; time.sleep(60)"
+    parent_code = (
+        "import subprocess, sys; open('/proc/self/comm', 'w').write('java'); "
+        f"c = subprocess.Popen([sys.executable, '-c', {child_code!r}]); "
+        "print(c.pid, flush=True); c.wait()"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True
+    )
+    child = int(parent.stdout.readline())
+    try:
+        assert java_ancestor(child) == parent.pid
+        assert java_ancestor(parent.pid) is None  # itself is not its own ancestor
+        assert java_ancestor(os.getpid()) is None and java_ancestor(2**22 + 12345) is None
+    finally:
+        os.kill(child, signal.SIGKILL)
+        parent.wait(timeout=10)
 
 
 def test_the_executor_state_dir_comes_from_the_environment_first(tmp_path, monkeypatch):
