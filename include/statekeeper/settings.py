@@ -225,6 +225,14 @@ class StatekeeperSettings(BaseSettings):
         "executor's JVM); false: inside one of its Python workers (the uploads in every "
         "worker), sharing the GIL with the tasks",
     )
+    executor_services_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="The service process's niceness (executor_services_process): the tasks "
+        "come first when the cores are busy, queries, standbys and uploads take what is left "
+        "(0: the same priority as the tasks)",
+    )
     query_host: str = Field("127.0.0.1", description="Bind address of each executor's query server")
     query_port: int | None = Field(
         None,

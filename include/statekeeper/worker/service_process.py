@@ -15,6 +15,7 @@ hosts :class:`~statekeeper.worker.executor_services.ExecutorServicesHost` as its
   pickled with cloudpickle, and the task's ``sys.path`` so the app's modules import);
 - it is a child of the task's Python worker and keeps its environment, so it belongs to
   the executor's "host" like the workers do (a frozen host freezes it too);
+- it runs at a lower priority than the tasks (``executor_services_nice``);
 - it ends when the executor's JVM ends (checked every :data:`WATCH_S`; in local mode, the
   driver's JVM, the worker's nearest Java ancestor), or on SIGTERM or SIGHUP (what the
   pyspark daemon sends its process group when it shuts down), closing the services first.
@@ -139,6 +140,8 @@ def serve(spec_path: Path) -> int:
         if fd is None:
             return 0  # another process hosts them
     os.set_inheritable(fd, False)
+    # Below the tasks: a query or a standby's catch-up must not take a core a batch needs.
+    os.nice(settings.executor_services_nice)
     topology_path = spec_path.with_name(TOPOLOGY_FILE)
     topology = pickle.loads(topology_path.read_bytes())  # noqa: S301 - our task wrote it
     stop = threading.Event()
