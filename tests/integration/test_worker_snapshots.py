@@ -16,7 +16,6 @@ from confluent_kafka import Producer
 
 from statekeeper.app.store_reader import read_store
 from statekeeper.app.topics import prepare_topics
-from statekeeper.cluster.executor import current_executor
 from statekeeper.kafka.adapter import producer_config
 from statekeeper.kafka.admin import ensure_topic
 from statekeeper.kafka.model import OffsetRange
@@ -24,7 +23,6 @@ from statekeeper.processing.dsl import Materialized, StreamsBuilder
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots, verify_snapshot
 from statekeeper.worker import service_process
-from statekeeper.worker.executor_services import ensure_executor_services
 from statekeeper.worker.task_run import TaskRun, TaskRunResult
 from statekeeper.worker.task_runner import (
     _services,
@@ -86,8 +84,6 @@ def _runs(topic: str, batch_id: int, request: str | None = None, read: bool = Tr
 
 
 def _run(runs: list[TaskRun], topology: Any, settings_json: str) -> list[TaskRunResult]:
-    settings = _services(settings_json).settings  # the driver's first pass starts them:
-    ensure_executor_services(settings, settings.state_dir, current_executor(), topology)
     out = run_share(0, [runs], uuid.uuid4().hex, topology, settings_json)
     return [r for r in out if isinstance(r, TaskRunResult)]  # not the services' report
 
@@ -128,12 +124,15 @@ def test_snapshot_at_a_commit_uploads_in_background_and_restores_a_lost_task(
         assert all(r.committed and not r.snapshots for r in first)
         held = _run(_runs(topic_name, 1), topology, settings_json)
         assert not any(r.committed for r in held)  # the interval is not due
+        assert not service_process._started  # nothing to upload: no service process yet
 
         # The snapshot request forces the commit of batch 2 and stages right after it.
         snap = _run(_runs(topic_name, 2, request="req-1"), topology, settings_json)
         assert all(r.committed and r.committed_batch_id == 2 for r in snap)
         staged = _events(snap, "staged")
         assert sorted(staged) == ["0_0", "0_1"]
+        # The spooled uploads started the executor's service process.
+        assert len(service_process._started) == (1 if uploader == "process" else 0)
         assert all(e["request_id"] == "req-1" and e["batch_id"] == 2 for e in staged.values())
         assert all(0 <= e["pause_ms"] <= e["stage_ms"] for e in staged.values())
         _wait_uploads(settings_json)
@@ -195,16 +194,16 @@ def test_snapshot_tail_is_replayed_after_the_snapshot(broker, admin, topic_name,
     settings_json = settings_to_json(settings)
     try:
         _run(_runs(topic_name, 0, request="r"), topology, settings_json)
-        assert _services(settings_json).snapshots.uploader.wait_idle(30)
+        _wait_uploads(settings_json)  # by the service process (the default)
         tail = _run(_runs(topic_name, 1), topology, settings_json)
         tail += _run(_runs(topic_name, 2), topology, settings_json)
     finally:
-        close_worker_services()
+        _close(settings_json)
     shutil.rmtree(settings.state_dir / app / "0_0")
     try:
         [reopened] = _run(_runs(topic_name, 2, read=False)[:1], topology, settings_json)
     finally:
-        close_worker_services()
+        _close(settings_json)
     report = next(r for r in reopened.restored if r["store"] == "counts")
     assert report["source"] == "snapshot" and not report["full"]
     # Only the tail after the snapshot's marker: the keys batches 1 and 2 changed in

@@ -215,18 +215,22 @@ def ensure_executor_services(
     state_dir: Path,
     executor: ExecutorIdentity,
     topology: Any = None,
+    *,
+    uploads: bool = False,
 ) -> ExecutorServicesHost | None:
     """Start this executor's services here unless another process hosts them; returns the
     host when it is this process. With ``executor_services_process`` they start in a process
-    of their own instead (:mod:`statekeeper.worker.service_process`), with the snapshot
-    uploads, and this returns None. Otherwise a no-op when the settings ask for neither
-    standbys nor a query server."""
-    if settings.executor_services_process:  # it uploads the snapshots too: always one
-        from statekeeper.worker.service_process import start_service_process
+    of their own instead (:mod:`statekeeper.worker.service_process`), which also uploads the
+    snapshots, and this returns None. A no-op when the settings ask for neither standbys nor
+    a query server, unless ``uploads`` (snapshots wait in the spool for that process)."""
+    wanted = settings.num_standby_replicas > 0 or settings.query_port is not None
+    if settings.executor_services_process:
+        if wanted or uploads:
+            from statekeeper.worker.service_process import start_service_process
 
-        start_service_process(settings, Path(state_dir), executor, topology)
+            start_service_process(settings, Path(state_dir), executor, topology)
         return None
-    if settings.num_standby_replicas <= 0 and settings.query_port is None:
+    if not wanted:
         return None
     key = (str(state_dir), settings.application_id)
     with _HOSTS_LOCK:

@@ -148,6 +148,10 @@ def run_share(
         ran = _run_share(index, shares, job, topology, services, executor.executor_id, stale)
         if ran:  # uploads this worker finished meanwhile, of any task
             ran[0].snapshots.extend(services.snapshots.drain_uploads())
+    if services.snapshots.uploads_spooled:  # the service process uploads them: start it
+        from statekeeper.worker.executor_services import ensure_executor_services
+
+        ensure_executor_services(settings, settings.state_dir, executor, topology, uploads=True)
     results: list[TaskRunResult | ExecutorReport | StaleCopyClosed] = list(ran)
     results += [StaleCopyClosed(t, executor.executor_id, why) for t, why in stale.items()]
     results += _executor_report(settings, executor)

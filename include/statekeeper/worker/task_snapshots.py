@@ -188,6 +188,11 @@ class TaskSnapshots:
     def _event(self, task_id: str, event: dict[str, Any]) -> None:
         self._events.setdefault(task_id, []).append(event)
 
+    @property
+    def uploads_spooled(self) -> bool:
+        """Whether snapshots wait in the executor's upload spool (for its service process)."""
+        return self.spool is not None and self.spool.pending > 0
+
     def drain_uploads(self) -> list[dict[str, Any]]:
         """Upload events (any task's) finished since the last call."""
         return self.uploader.drain() if self.spool is None else self.spool.drain()

@@ -52,8 +52,8 @@ JOB_FILE = "job.pkl"
 #: must not let them pile up without bound.
 SPOOL_MAX_JOBS = 16
 
-#: How often the uploader looks for new jobs.
-POLL_S = 0.1
+#: How often the uploader looks for new jobs (an upload takes longer than this wait).
+POLL_S = 0.5
 
 
 def spool_dir(state_dir: Path, application_id: str) -> Path:
