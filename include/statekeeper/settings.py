@@ -221,7 +221,7 @@ class StatekeeperSettings(BaseSettings):
     executor_services_process: bool = Field(
         True,
         description="Run each executor's standbys, query server and snapshot uploads in a "
-        "process of their own (started by the executor's first task, ending with the "
+        "process of their own (started by the first task that needs one, ending with the "
         "executor's JVM); false: inside one of its Python workers (the uploads in every "
         "worker), sharing the GIL with the tasks",
     )

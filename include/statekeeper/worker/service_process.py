@@ -1,9 +1,10 @@
-"""An executor's services (standbys, query server) in a process of their own.
+"""An executor's services (standbys, query server, snapshot uploads) in a process of their own.
 
 In a Python worker the services share the GIL and the cores' time slices with the tasks:
 point queries waited behind batches (p99 up to 320 ms) and slowed them. With
-``executor_services_process`` the executor's first task that finds the host lock free
-starts ``python -m statekeeper.worker.service_process <spec>`` instead, and this process
+``executor_services_process`` the first task that needs it (standbys or a query server
+asked for, or snapshots in the upload spool) and finds the host lock free starts
+``python -m statekeeper.worker.service_process <spec>`` instead, and this process
 hosts :class:`~statekeeper.worker.executor_services.ExecutorServicesHost` as its main work:
 
 - the task takes the executor's host lock (an ``flock``) and hands it to the process it
