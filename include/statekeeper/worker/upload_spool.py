@@ -11,7 +11,8 @@ folder beside the executor's other files (``<state_dir>/<app>/.executor/upload-s
 
 - A task (:class:`UploadSpool`) moves its staged folders into ``incoming/``, writes the job
   there and renames the folder into ``jobs/`` (one rename: the uploader sees a whole job or
-  none). Staging and spool are on one file system, so nothing is copied.
+  none). Staging and spool are on one file system, so nothing is copied. The Spark task
+  that spooled a job starts the service process if none runs.
 - The service process (:class:`SpoolUploader`) uploads the jobs in name (submission) order,
   manifests last, writes each outcome to ``events/`` and then removes the job. A job
   outlives the processes: one whose uploader was killed is uploaded by the next service
