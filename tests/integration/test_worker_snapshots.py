@@ -49,7 +49,7 @@ def _wait_uploads(settings_json: str) -> None:
         time.sleep(0.05)
 
 
-def _close(settings_json: str) -> None:
+def _close() -> None:
     """Close the worker's services, and stop the service process a run started."""
     close_worker_services()
     for process in service_process._started:
@@ -158,7 +158,7 @@ def test_snapshot_at_a_commit_uploads_in_background_and_restores_a_lost_task(
         }
         _wait_uploads(settings_json)
     finally:
-        _close(settings_json)
+        _close()
 
     # Task 0_1 loses its directory: it comes back from its newest snapshot (batch 3, the
     # commit-only one) with no tail; then its state equals a recount.
@@ -174,7 +174,7 @@ def test_snapshot_at_a_commit_uploads_in_background_and_restores_a_lost_task(
         assert lost["snapshot_id"] == newest.snapshot_id and lost["records"] == 0
         assert restored["0_0"]["counts"]["source"] == "local state"
     finally:
-        _close(settings_json)
+        _close()
     assert read_store(settings, topology, "counts", PARTITIONS) == dict(expected)
 
 
@@ -198,12 +198,12 @@ def test_snapshot_tail_is_replayed_after_the_snapshot(broker, admin, topic_name,
         tail = _run(_runs(topic_name, 1), topology, settings_json)
         tail += _run(_runs(topic_name, 2), topology, settings_json)
     finally:
-        _close(settings_json)
+        _close()
     shutil.rmtree(settings.state_dir / app / "0_0")
     try:
         [reopened] = _run(_runs(topic_name, 2, read=False)[:1], topology, settings_json)
     finally:
-        _close(settings_json)
+        _close()
     report = next(r for r in reopened.restored if r["store"] == "counts")
     assert report["source"] == "snapshot" and not report["full"]
     # Only the tail after the snapshot's marker: the keys batches 1 and 2 changed in
@@ -253,5 +253,5 @@ def test_an_upload_failure_is_reported_and_processing_goes_on(
         spool = settings.state_dir / app / ".executor" / "upload-spool"
         assert not any(p.is_file() for p in (spool / "jobs").rglob("*"))
     finally:
-        _close(settings_json)
+        _close()
     assert read_store(settings, topology, "counts", PARTITIONS) == dict(expected)

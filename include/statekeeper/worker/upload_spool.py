@@ -77,9 +77,10 @@ class UploadSpool:
     @property
     def pending(self) -> int:
         """Jobs waiting or uploading."""
-        return len(self._job_folders())
+        return len(self.job_folders())
 
-    def _job_folders(self) -> list[Path]:
+    def job_folders(self) -> list[Path]:
+        """The spooled jobs' folders, oldest first (the uploader's order)."""
         try:
             return sorted(p for p in self.jobs.iterdir() if p.is_dir())
         except FileNotFoundError:
@@ -168,7 +169,7 @@ class SpoolUploader:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            folders = self.spool._job_folders()
+            folders = self.spool.job_folders()
             for folder in folders:
                 if self._stop.is_set():
                     return
@@ -187,8 +188,9 @@ class SpoolUploader:
             self.uploaded += 1
         else:
             self.failed += 1
-        # The event first, then the job: a kill in between uploads it again (idempotent)
-        # rather than losing its outcome.
+        # The event first, then the job: a kill before the event uploads the job again
+        # (idempotent). One after upload_job removed the staged copy but before the event
+        # leaves a job the next uploader reports as failed, though its manifest is written.
         replace_text(self.spool.events / f"{folder.name}.json", json.dumps(event))
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -35,7 +35,7 @@ def test_a_hand_over_moves_the_staged_folder_into_one_job(tmp_path: Path) -> Non
     inode = (job.staged[0].staged.directory / "000001.sst").stat().st_ino
     assert spool.submit(job) is None
     assert spool.pending == 1 and not job.staged[0].staged.directory.exists()
-    (folder,) = spool._job_folders()
+    (folder,) = spool.job_folders()
     assert (folder / "0" / "000001.sst").stat().st_ino == inode  # moved, not copied
     assert (folder / "job.pkl").is_file() and list(spool.incoming.iterdir()) == []
 
