@@ -59,6 +59,11 @@ class CopyUnavailableError(Exception):
     """The store has no readable committed copy here (no directory yet, being recreated)."""
 
 
+class ReadWouldWaitError(Exception):
+    """A read asked not to wait would have to: the view must first catch up, open, or wait
+    for a catch-up in progress. The caller asks again from a thread that may wait."""
+
+
 @dataclass(frozen=True)
 class CopyState:
     """What one view holds right now: the last commit's metadata (``batch_id`` None: the
@@ -90,9 +95,13 @@ class ReadWriteLock:
         self._writers_waiting = 0
 
     @contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self, wait: bool = True) -> Iterator[None]:
+        """Held by many readers at once; ``wait=False`` raises :class:`ReadWouldWaitError`
+        instead of waiting for a writer."""
         with self._cond:
             while self._writer or self._writers_waiting:
+                if not wait:
+                    raise ReadWouldWaitError("a catch-up holds the view")
                 self._cond.wait()
             self._readers += 1
         try:
@@ -264,12 +273,17 @@ class StoreCopy:
             pass
         return _Files(tuple(sorted(wal)), tuple(sorted(manifest)), identity)
 
-    def refresh(self) -> None:
+    def refresh(self, wait: bool = True) -> None:
         """Follow the primary if its files changed since the view last did (see the class
         docstring). Only one thread refreshes at a time; the others go on reading the state
-        the view holds. Raises :class:`CopyUnavailableError` when there is no copy to open."""
+        the view holds. Raises :class:`CopyUnavailableError` when there is no copy to open.
+
+        ``wait=False`` (a caller that must not block, e.g. an event loop) only checks: it
+        raises :class:`ReadWouldWaitError` when the view has to catch up or open first."""
         if not self._refresh_mutex.acquire(blocking=False):
             if self._handle is None:
+                if not wait:
+                    raise ReadWouldWaitError(f"the view of {self.name} is opening")
                 with self._refresh_mutex:  # the first open: wait for it
                     pass
                 if self._handle is None:
@@ -280,11 +294,15 @@ class StoreCopy:
                 raise CopyUnavailableError(f"view of {self.name} is closed")
             files = self._files()
             if files.identity is None:
+                if not wait:
+                    raise ReadWouldWaitError(f"the view of {self.name} must close")
                 self._swap(None, None)
                 raise CopyUnavailableError(f"no copy of store {self.name} at {self.path}")
             seen = self._seen
             if self._handle is not None and files == seen:
                 return
+            if not wait:
+                raise ReadWouldWaitError(f"the view of {self.name} must follow the primary")
             if self._handle is None or seen is None or files.manifest != seen.manifest:
                 handle, state, settled = self._open_settled()
                 self._swap((handle, state), settled)
@@ -400,9 +418,10 @@ class StoreCopy:
     # -- reading ---------------------------------------------------------------------------
 
     @contextmanager
-    def reading(self) -> Iterator[CopyReader]:
-        """A consistent read of the view (no catch-up runs until the block ends)."""
-        with self._lock.shared():
+    def reading(self, wait: bool = True) -> Iterator[CopyReader]:
+        """A consistent read of the view (no catch-up runs until the block ends);
+        ``wait=False``: raises :class:`ReadWouldWaitError` while a catch-up holds it."""
+        with self._lock.shared(wait):
             handle = self._handle
             if handle is None:
                 raise CopyUnavailableError(f"no readable copy of store {self.name} here")

@@ -1,13 +1,15 @@
 """An ASGI application served by uvicorn in a thread of its own.
 
-The query server runs inside a process that does other work (today an executor's Python
-worker), so uvicorn runs its event loop in a daemon thread instead of owning the process:
+The query server runs inside a process that does other work (the executor's service
+process beside the standby updater and the snapshot uploader, or a Python worker), so
+uvicorn runs its event loop in a daemon thread instead of owning the process:
 it installs no signal handlers there (uvicorn does so only in the main thread). The
 listening socket is bound before the thread starts, so port 0 gives the bound port at
 once and a port in use fails in the constructor.
 
 Settings that matter for the queries: keep-alive connections (one client connection serves
-many queries) closed after 60 s idle, httptools' HTTP parser, no access log.
+many queries) closed after 60 s idle, httptools' HTTP parser, no access log, no proxy-header
+middleware.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ class ThreadedHttpServer:
             access_log=False,
             log_level="warning",
             timeout_keep_alive=KEEP_ALIVE_S,
+            # Clients call executors directly: no proxy's X-Forwarded-* to trust, and no
+            # Server header to advertise (each costs work on every request).
+            proxy_headers=False,
+            server_header=False,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

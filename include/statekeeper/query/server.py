@@ -5,8 +5,10 @@ to ``settings.query_host:query_port`` (port 0: a free one; :meth:`QueryServer.re
 bound port for the driver to publish in the assignment's executors). It reads the task
 stores held on this executor through read-only views (:mod:`statekeeper.query.copies`): the
 last commit of an active task, or a standby's copy with its lag. Reads take no task lock and
-never block processing. uvicorn serves it (:mod:`statekeeper.query.http_server`); each GET
-runs :meth:`QueryServer.answer` in a worker thread.
+never block processing. uvicorn serves it (:mod:`statekeeper.query.http_server`). A point
+get whose copy is current is answered on the event loop; every other GET (scans, a copy
+that must catch up first, a standby's lag from the broker) runs :meth:`QueryServer.answer`
+in a worker thread, so the loop never waits on a catch-up, a disk scan or the broker.
 
 Routes (GET; JSON answers; keys as described in :mod:`statekeeper.query.codec`)::
 
@@ -86,7 +88,12 @@ from statekeeper.query.codec import (
     parse_bool,
     parse_int,
 )
-from statekeeper.query.copies import CopyReader, CopyUnavailableError, StoreCopy
+from statekeeper.query.copies import (
+    CopyReader,
+    CopyUnavailableError,
+    ReadWouldWaitError,
+    StoreCopy,
+)
 from statekeeper.query.http_server import ThreadedHttpServer
 from statekeeper.query.lag import ChangelogLag
 from statekeeper.query.locate import (
@@ -155,6 +162,8 @@ class QueryServer:
         if topology is not None:
             self.set_topology(topology)
         self._assignment: Assignment | None = None
+        # Task counts per subtopology of the assignment they were counted in.
+        self._partition_counts: tuple[Assignment, dict[int, int]] | None = None
         self._copies: dict[tuple[str, str], StoreCopy] = {}
         self._copies_lock = threading.Lock()
         self._scratch = Path(tempfile.mkdtemp(prefix="statekeeper-query-"))
@@ -227,6 +236,17 @@ class QueryServer:
             raise BadQueryError("the query server has no assignment yet", status=503)
         return self._assignment, self._catalog
 
+    def _partitions(self, assignment: Assignment, subtopology: int) -> int:
+        """:func:`subtopology_partitions`, counted once per assignment (every get needs it)."""
+        cached = self._partition_counts
+        if cached is None or cached[0] is not assignment:
+            cached = self._partition_counts = (assignment, {})
+        counts = cached[1]
+        count = counts.get(subtopology)
+        if count is None:
+            count = counts[subtopology] = subtopology_partitions(assignment, subtopology)
+        return count
+
     def _entry(self, store: str) -> StoreEntry:
         _, catalog = self._require()
         entry = catalog.get(store)
@@ -241,7 +261,7 @@ class QueryServer:
             )
         return entry
 
-    def _copy(self, task: str, entry: StoreEntry) -> StoreCopy | None:
+    def _copy(self, task: str, entry: StoreEntry, wait: bool = True) -> StoreCopy | None:
         key = (task, entry.spec.name)
         with self._copies_lock:
             copy = self._copies.get(key)
@@ -257,20 +277,23 @@ class QueryServer:
                 )
                 self._copies[key] = copy
         try:
-            copy.refresh()
+            copy.refresh(wait)
         except CopyUnavailableError as exc:
             log.debug("query: %s", exc)
             return None
         return copy if copy.state.committed else None
 
-    def _held(self, assignment: Assignment, task: str, entry: StoreEntry) -> _Held | None:
+    def _held(
+        self, assignment: Assignment, task: str, entry: StoreEntry, wait: bool = True
+    ) -> _Held | None:
         """This executor's copy of ``task`` to answer from; None when the task is not this
-        executor's; raises :class:`_Unavailable` when it is but has no committed copy."""
+        executor's; raises :class:`_Unavailable` when it is but has no committed copy
+        (``wait=False``: :class:`ReadWouldWaitError` when the answer needs a wait)."""
         me = self.executor.executor_id
         active = assignment.active_of(task) == me
         if not active and me not in assignment.standbys_of(task):
             return None
-        copy = self._copy(task, entry)
+        copy = self._copy(task, entry, wait)
         if copy is None:
             raise _Unavailable(
                 f"task {task} is {'active' if active else 'a standby'} on executor {me} but "
@@ -282,6 +305,8 @@ class QueryServer:
             return _Held(task, "active", 0, copy)
         # A standby, or an active whose standby still updates the copy (promotion pending).
         if lag is None and entry.spec.logging_enabled:
+            if not wait:
+                raise ReadWouldWaitError("the standby's lag is the broker's to tell")
             lag = self._changelog_lag.lag(
                 changelog_topic(self.settings.application_id, entry.spec.name),
                 TaskId.parse(task).partition,
@@ -290,7 +315,7 @@ class QueryServer:
         return _Held(task, "standby", lag, copy)
 
     def _key_route(
-        self, store: str, params: dict[str, str]
+        self, store: str, params: dict[str, str], wait: bool = True
     ) -> tuple[StoreEntry, bytes, KeyQueryMetadata, _Held]:
         """The store, key, metadata and copy a key-based request is answered from (raises
         the 421/503 answers of the module docstring)."""
@@ -303,13 +328,13 @@ class QueryServer:
             self.settings.query_max_key_bytes,
         )
         fresh = parse_bool(params, "fresh")
-        meta = key_metadata(assignment, entry, key)
+        meta = key_metadata(assignment, entry, key, self._partitions(assignment, entry.subtopology))
         if meta is None:
             raise BadQueryError(
                 f"the assignment has no task of subtopology {entry.subtopology} yet", status=503
             )
         try:
-            held = self._held(assignment, meta.task, entry)
+            held = self._held(assignment, meta.task, entry, wait)
         except _Unavailable as exc:
             raise BadQueryError(str(exc), status=503, metadata=meta.as_dict()) from None
         if held is None:
@@ -337,7 +362,7 @@ class QueryServer:
         assignment, _ = self._require()
         held: list[_Held] = []
         missing: list[dict[str, Any]] = []
-        for partition in range(subtopology_partitions(assignment, entry.subtopology)):
+        for partition in range(self._partitions(assignment, entry.subtopology)):
             task = make_task_id(entry.subtopology, partition)
             try:
                 h = self._held(assignment, task, entry)
@@ -355,7 +380,7 @@ class QueryServer:
     def _hosts(self, entry: StoreEntry) -> list[str]:
         assignment, _ = self._require()
         urls = set()
-        for partition in range(subtopology_partitions(assignment, entry.subtopology)):
+        for partition in range(self._partitions(assignment, entry.subtopology)):
             active = assignment.active_of(make_task_id(entry.subtopology, partition))
             host = host_of(assignment, active)
             if host and host["query_url"]:
@@ -364,14 +389,21 @@ class QueryServer:
 
     # -- routes ----------------------------------------------------------------------------
 
-    def answer(self, path: str, query: str) -> tuple[HTTPStatus, dict[str, Any]]:
-        """One GET: its status and JSON body (an answer, never a dropped connection)."""
+    def answer(
+        self, path: str, query: str, *, wait: bool = True
+    ) -> tuple[HTTPStatus, dict[str, Any]]:
+        """One GET: its status and JSON body (an answer, never a dropped connection).
+
+        ``wait=False`` (the event loop): answers only a point get from a current copy and
+        raises :class:`ReadWouldWaitError` for anything that may block; ask again with
+        ``wait=True`` from a thread."""
         started = time.perf_counter()
         params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
-        self.requests += 1
         body: dict[str, Any]
         try:
-            status, body = HTTPStatus.OK, self.route(path, params)
+            status, body = HTTPStatus.OK, self.route(path, params, wait)
+        except ReadWouldWaitError:
+            raise
         except BadQueryError as exc:
             status = HTTPStatus(exc.status)
             body = {"error": str(exc), "status": exc.status, **exc.details}
@@ -383,13 +415,20 @@ class QueryServer:
             self.errors += 1
             status = HTTPStatus.INTERNAL_SERVER_ERROR
             body = {"error": f"{type(exc).__name__}: {exc}", "status": 500}
+        self.requests += 1
         body["executor"] = self.executor.executor_id
         body["took_ms"] = round((time.perf_counter() - started) * 1e3, 3)
         return status, body
 
-    def route(self, path: str, params: dict[str, str]) -> dict[str, Any]:
-        """Answer one GET (raises :class:`BadQueryError` for every non-200 answer)."""
+    def route(self, path: str, params: dict[str, str], wait: bool = True) -> dict[str, Any]:
+        """Answer one GET (raises :class:`BadQueryError` for every non-200 answer;
+        ``wait=False``: :class:`ReadWouldWaitError` for all but a point get that needs no
+        wait)."""
         parts = [unquote(p) for p in path.strip("/").split("/") if p]
+        if not wait:
+            if len(parts) == 3 and parts[0] == "stores" and parts[2] == "get":
+                return self.get(parts[1], params, wait=False)
+            raise ReadWouldWaitError(f"{path} may read long: answered from a thread")
         if parts == ["stores"]:
             return self.list_stores()
         if len(parts) == 3 and parts[0] == "stores":
@@ -417,7 +456,7 @@ class QueryServer:
         for _, entry in sorted(catalog.items()):
             doc = entry.describe()
             tasks = []
-            for partition in range(subtopology_partitions(assignment, entry.subtopology)):
+            for partition in range(self._partitions(assignment, entry.subtopology)):
                 task = make_task_id(entry.subtopology, partition)
                 if assignment.active_of(task) == me:
                     tasks.append({"task": task, "role": "active"})
@@ -431,12 +470,12 @@ class QueryServer:
             "stores": stores,
         }
 
-    def get(self, store: str, params: dict[str, str]) -> dict[str, Any]:
-        entry, key, meta, held = self._key_route(store, params)
+    def get(self, store: str, params: dict[str, str], wait: bool = True) -> dict[str, Any]:
+        entry, key, meta, held = self._key_route(store, params, wait)
         if entry.spec.kind == "window":
             raise BadQueryError(f"store {store!r} is a window store: use /stores/{store}/window")
         value_serde = serde_for(entry.spec.value_serde)
-        with held.copy.reading() as reader:
+        with held.copy.reading(wait) as reader:
             raw = reader.kv.get(key)
             answer = {
                 "store": store,
@@ -611,7 +650,7 @@ class QueryServer:
         if entry is None:
             raise BadQueryError(f"no store {store!r}; stores: {sorted(catalog)}", status=404)
         if params.get("key") is None and params.get("key_b64") is None:
-            partitions = subtopology_partitions(assignment, entry.subtopology)
+            partitions = self._partitions(assignment, entry.subtopology)
             return {
                 "store": store,
                 "tasks": [
@@ -625,7 +664,7 @@ class QueryServer:
             params.get("key_b64"),
             self.settings.query_max_key_bytes,
         )
-        meta = key_metadata(assignment, entry, key)
+        meta = key_metadata(assignment, entry, key, self._partitions(assignment, entry.subtopology))
         if meta is None:
             raise BadQueryError(
                 f"the assignment has no task of subtopology {entry.subtopology} yet", status=503
@@ -641,8 +680,9 @@ def _take(items: Iterator[Any], n: int) -> Iterator[Any]:
 
 
 def _asgi_app(server: QueryServer) -> Any:
-    """The ASGI application uvicorn serves: every GET goes to :meth:`QueryServer.answer` in
-    a worker thread (store reads block; the event loop only moves bytes)."""
+    """The ASGI application uvicorn serves. A GET is first answered on the event loop with
+    ``wait=False`` (a point get from a current copy: no thread hop, ~0.1 ms less CPU per get);
+    what would block goes to :meth:`QueryServer.answer` in a worker thread."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -655,7 +695,10 @@ def _asgi_app(server: QueryServer) -> Any:
             # keeps the query string apart.
             path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
             query = scope.get("query_string", b"").decode("latin-1")
-            status, body = await asyncio.to_thread(server.answer, path, query)
+            try:
+                status, body = server.answer(path, query, wait=False)
+            except ReadWouldWaitError:
+                status, body = await asyncio.to_thread(server.answer, path, query)
         data = json.dumps(body).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
         await send({"type": "http.response.start", "status": int(status), "headers": headers})

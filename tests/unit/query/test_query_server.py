@@ -24,6 +24,7 @@ from statekeeper.kafka.partitioning import partition_for_key
 from statekeeper.placement.assignment import Assignment, ExecutorEndpoint, TaskPlacement
 from statekeeper.processing.topology import Subtopology, Topology
 from statekeeper.query.client import QueryClient, QueryFailedError
+from statekeeper.query.copies import ReadWouldWaitError
 from statekeeper.query.server import QueryServer
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
@@ -467,6 +468,47 @@ def test_a_reopened_primary_is_followed(cluster: Cluster) -> None:
         assert body["batch_id"] == batch and body["value"] == USERS.index(user) + batch
     window = client.window("clicks", user, from_ms=3_000, to_ms=3_000)
     assert window["batch_id"] == 7 and window["windows"][0]["value"] == USERS.index(user) + 3_007
+
+
+def test_the_event_loop_answers_only_point_gets_from_current_copies(cluster: Cluster) -> None:
+    """``answer(wait=False)`` (how uvicorn's loop asks first) answers a point get from a
+    current copy exactly as a thread would, and refuses what could block: a copy the writer
+    moved past, a scan, a standby lag only the broker knows."""
+    server = cluster.servers["1"]
+    user = users_of("0_0")[0]
+    path, query = "/stores/counts/get", f"key={user}"
+    server.answer(path, query)  # opens the view
+    requests = server.requests
+
+    def same(status_body: tuple[Any, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
+        status, body = status_body
+        return status, {k: v for k, v in body.items() if k != "took_ms"}
+
+    assert same(server.answer(path, query, wait=False)) == same(server.answer(path, query))
+    assert server.requests == requests + 2
+    for route, q in (("/stores/counts/range", ""), ("/stores", ""), ("/metadata/counts", "")):
+        with pytest.raises(ReadWouldWaitError):
+            server.answer(route, q, wait=False)
+    assert server.requests == requests + 2  # a refused answer is not counted
+
+    write_task(cluster.state_dirs["1"], "0_0", 6, value_offset=6)
+    with pytest.raises(ReadWouldWaitError):
+        server.answer(path, query, wait=False)
+    status, body = server.answer(path, query)  # the thread's answer catches up
+    assert body["batch_id"] == 6 and body["value"] == USERS.index(user) + 6
+    assert server.answer(path, query, wait=False)[1]["batch_id"] == 6
+    assert cluster.client("1").get("counts", user)["batch_id"] == 6
+
+    # A standby copy whose lag the standby component does not report: the broker's to tell.
+    standby_user = users_of("0_1")[0]
+    standby_query = f"key={standby_user}"
+    server.answer(path, standby_query)  # opens the standby's view
+    _, body = server.answer(path, standby_query, wait=False)  # the component reports 7
+    assert (body["source"], body["lag"], body["batch_id"]) == ("standby", 7, 4)
+    cluster.lags["1"].pop("0_1")
+    with pytest.raises(ReadWouldWaitError):
+        server.answer(path, standby_query, wait=False)
+    assert cluster.client("1").get("counts", standby_user)["source"] == "standby"
 
 
 def _spec_path(state_dir: Path, task: str, spec: StoreSpec) -> Path:

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from statekeeper.query.copies import CopyUnavailableError, ReadWriteLock, StoreCopy
+from statekeeper.query.copies import (
+    CopyUnavailableError,
+    ReadWouldWaitError,
+    ReadWriteLock,
+    StoreCopy,
+)
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 
@@ -128,3 +133,49 @@ def test_the_read_write_lock_lets_a_waiting_writer_go_before_new_readers() -> No
     for t in (first, w, late):
         t.join(5)
     assert order == ["r1", "writer", "r2"]
+
+
+def test_a_read_that_must_not_wait_is_refused_until_the_view_has_followed(
+    tmp_path: Path,
+) -> None:
+    """The query server's event loop reads with ``wait=False``: it never catches up, opens or
+    waits for a catch-up, and never answers from a view the primary has moved past."""
+    store = RocksDBKeyValueStore("counts", tmp_path / "db")
+    copy = StoreCopy("counts", tmp_path / "db", tmp_path / "scratch")
+    try:
+        _commit(store, 1)
+        with pytest.raises(ReadWouldWaitError):
+            copy.refresh(wait=False)  # never opened
+        copy.refresh()
+        copy.refresh(wait=False)  # current: nothing to do
+        with copy.reading(wait=False) as reader:
+            assert reader.state.batch_id == 1
+        _commit(store, 2)
+        with pytest.raises(ReadWouldWaitError, match="must follow the primary"):
+            copy.refresh(wait=False)
+        assert copy.state.batch_id == 1 and copy.catch_ups == 0
+        copy.refresh()
+        copy.refresh(wait=False)
+        assert _read(copy)[:2] == ({b"2"}, 2)
+
+        holding, release = threading.Event(), threading.Event()
+
+        def catch_up() -> None:  # what a catch-up or a swap holds while it runs
+            with copy._lock.exclusive():
+                holding.set()
+                release.wait(5)
+
+        t = threading.Thread(target=catch_up)
+        t.start()
+        assert holding.wait(5)
+        try:
+            with pytest.raises(ReadWouldWaitError), copy.reading(wait=False):
+                pass
+        finally:
+            release.set()
+            t.join(5)
+        with copy.reading(wait=False) as reader:
+            assert reader.state.batch_id == 2
+    finally:
+        copy.close()
+        store.close()
