@@ -42,7 +42,9 @@ with ``--query-keys`` keys, then a backlog of ``--backlog`` updates to them is p
 app processes it while windows of ``--window-s`` seconds alternate without and with a bounded
 point-get load (``--query-threads`` client threads sharing a total rate cap, loopback only)
 against the active executor's query server, for keys that exist. After one unmeasured window,
-each cap of ``--query-rps`` gets ``--pairs`` off/on pairs in ABBA order. Processing rates come
+each cap of ``--query-rps`` gets ``--pairs`` off/on pairs in ABBA order, then
+``--control-pairs`` pairs run with no reads in either window (``query_control_pair_ratios``:
+how far apart two adjacent windows land when nothing differs). Processing rates come
 from the status document's processed-record counts and times at each window's edges (windows
 in which the backlog ran out are left out). The headline query figures are the highest cap's;
 ``query_by_rate`` has each cap's. The whole query phase runs once per ``--query-services``
@@ -714,39 +716,45 @@ def queries(
         # The first backlog batches pay for reading ahead: one unmeasured window first.
         time.sleep(args.window_s)
         rates = [float(r) for r in str(args.query_rps).split(",")]
-        windows = []
+        windows: list[dict[str, Any]] = []
+
+        def measure(rate: float, with_queries: bool, label: str) -> dict[str, Any]:
+            start = proc.status() or {}
+            t0 = time.monotonic()
+            answer = load.run_for(args.window_s, rate) if with_queries else None
+            if answer is None:
+                time.sleep(args.window_s)
+            end = proc.status() or {}
+            span = (end.get("updated_at") or 0) - (start.get("updated_at") or 0)
+            records = _processed(end) - _processed(start)
+            window = {
+                "rps_cap": rate,
+                "queries": with_queries,
+                "seconds": round(time.monotonic() - t0, 2),
+                "status_span_seconds": round(span, 2),
+                "records": records,
+                "processing_rps": round(records / span, 1) if span > 0 else None,
+                "drained": drained(end),
+                "query_load": answer,
+            }
+            shown = {k: v for k, v in window.items() if k != "query_load"}
+            if answer:
+                shown.update(get_rps=answer["rps"], **percentiles_ms(answer["latencies"]))
+            log(f"[queries] {label}: {json.dumps(shown)}")
+            return window
+
         for rate in rates:
             for pair in range(args.pairs):
                 # ABBA order, so a drift in the machine's speed does not favour one side.
                 order = (False, True) if pair % 2 == 0 else (True, False)
                 for with_queries in order:
-                    start = proc.status() or {}
-                    t0 = time.monotonic()
-                    if with_queries:
-                        answer = load.run_for(args.window_s, rate)
-                    else:
-                        time.sleep(args.window_s)
-                        answer = None
-                    end = proc.status() or {}
-                    span = (end.get("updated_at") or 0) - (start.get("updated_at") or 0)
-                    records = _processed(end) - _processed(start)
-                    window = {
-                        "rps_cap": rate,
-                        "queries": with_queries,
-                        "seconds": round(time.monotonic() - t0, 2),
-                        "status_span_seconds": round(span, 2),
-                        "records": records,
-                        "processing_rps": round(records / span, 1) if span > 0 else None,
-                        "drained": drained(end),
-                        "query_load": answer,
-                    }
-                    windows.append(window)
-                    shown = {k: v for k, v in window.items() if k != "query_load"}
-                    if answer:
-                        lat = answer["latencies"]
-                        shown.update(get_rps=answer["rps"], **percentiles_ms(lat))
-                    log(f"[queries] window {len(windows)}: {json.dumps(shown)}")
-        if any(w["drained"] for w in windows):
+                    windows.append(measure(rate, with_queries, f"window {len(windows) + 1}"))
+        # The same pairs with no reads in either window: how far apart two adjacent windows
+        # land on this machine when nothing differs (the floor under any pair's ratio).
+        control = [
+            measure(0.0, False, f"control window {n + 1}") for n in range(2 * args.control_pairs)
+        ]
+        if any(w["drained"] for w in windows + control):
             log("[queries] WARNING: the backlog drained inside a window; raise --backlog")
         by_rate = [summarize_rate(rate, windows) for rate in rates]
         for window in windows:  # keep the JSON small: per-window figures only
@@ -764,6 +772,8 @@ def queries(
             "query_error_answers": load.errors,
             "by_rate": by_rate,
             "windows": windows,
+            "control_pair_ratios": control_ratios(control),
+            "control_windows": control,
         }
     finally:
         proc.kill9()
@@ -776,6 +786,15 @@ def pair_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
         on, off = (a, b) if a["queries"] else (b, a)
         usable = not (a["drained"] or b["drained"]) and off["processing_rps"]
         ratios.append(round(on["processing_rps"] / off["processing_rps"], 3) if usable else None)
+    return ratios
+
+
+def control_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
+    """Each control pair's later ÷ earlier rate (neither window has reads)."""
+    ratios: list[float | None] = []
+    for a, b in zip(windows[::2], windows[1::2], strict=False):
+        usable = not (a["drained"] or b["drained"]) and a["processing_rps"]
+        ratios.append(round(b["processing_rps"] / a["processing_rps"], 3) if usable else None)
     return ratios
 
 
@@ -908,6 +927,12 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=12_000_000)
     parser.add_argument("--backlog-batch-records", type=int, default=50_000)
     parser.add_argument("--pairs", type=int, default=4, help="off/on window pairs per rate")
+    parser.add_argument(
+        "--control-pairs",
+        type=int,
+        default=2,
+        help="window pairs with no reads in either, after the others (the noise floor)",
+    )
     parser.add_argument("--window-s", type=float, default=8.0)
     parser.add_argument("--query-threads", type=int, default=2)
     parser.add_argument(
@@ -1038,7 +1063,7 @@ def main() -> None:
                 # Each mode's summary side by side; the headline figures are the last mode's.
                 by_services = {m: queries(work, cluster, bootstrap, args, m) for m in modes}
                 result["query_by_services"] = {
-                    m: {k: v for k, v in q.items() if k != "windows"}
+                    m: {k: v for k, v in q.items() if k not in ("windows", "control_windows")}
                     for m, q in by_services.items()
                 }
                 q = by_services[modes[-1]]
@@ -1057,6 +1082,8 @@ def main() -> None:
                     query_error_answers=q["query_error_answers"],
                     query_by_rate=q["by_rate"],
                     query_windows=q["windows"],
+                    query_control_pair_ratios=q["control_pair_ratios"],
+                    query_control_windows=q["control_windows"],
                 )
     finally:
         if not args.keep:

@@ -8,8 +8,13 @@ store (as an active task does). Measures, per phase and client-thread count:
   p50_ms / p99_ms       client-side latency of one get
   writer_commit_p50_ms  the writer's commit time (with the server reading alongside)
   batches_seen          distinct commits the answers showed (the view follows the writer)
-Clients run in another process. Prints one JSON object.
-Usage: python benchmarks/query_bench.py [--seconds S]
+and, in a third phase at a fixed rate (``--paced-rps`` gets/s from one client, writer on):
+  server_cpu_ms_per_get CPU the server's process spent per get (answers and following the
+                        writer: catch-ups, reopens), from os.times() around the phase
+  client_cpu_ms_per_get the client process's CPU per get
+Clients run in another process. Prints one JSON object. To compare two checkouts, run it
+with ``PYTHONPATH=<other checkout>/include`` in alternation.
+Usage: python benchmarks/query_bench.py [--seconds S] [--paced-rps N]
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import platform
 import random
 import statistics
@@ -96,6 +102,53 @@ def _load(client_threads: int, seconds: float, url: str, keys: int) -> dict[str,
     }
 
 
+def _paced(url: str, keys: int, rps: float, seconds: float, out: Any) -> None:
+    """One client asking ``rps`` gets/s (the failover benchmark's load) for ``seconds``."""
+    client = QueryClient(url)
+    rng = random.Random(5)
+    interval, latencies = 1.0 / rps, []
+    next_at = time.monotonic()
+    stop_at = next_at + seconds
+    cpu0 = time.process_time()
+    while time.monotonic() < stop_at:
+        now = time.monotonic()
+        if now < next_at:
+            time.sleep(next_at - now)
+        next_at += interval
+        started = time.perf_counter()
+        client.get_answer("counts", _key(rng.randrange(keys)))
+        latencies.append(time.perf_counter() - started)
+    client.close()
+    latencies.sort()
+    out.put(
+        {
+            "gets": len(latencies),
+            "client_cpu_ms_per_get": round((time.process_time() - cpu0) * 1e3 / len(latencies), 3),
+            "p50_ms": round(latencies[len(latencies) // 2] * 1e3, 3),
+            "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1e3, 3),
+        }
+    )
+
+
+def _paced_elsewhere(url: str, keys: int, rps: float, seconds: float) -> dict[str, Any]:
+    """:func:`_paced` from another process, with this (the server's) process's CPU."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    child = ctx.Process(target=_paced, args=(url, keys, rps, seconds, out))
+    times = os.times()
+    cpu0 = times.user + times.system
+    child.start()
+    result = out.get(timeout=seconds + 60)
+    times = os.times()
+    child.join(timeout=30)
+    cpu = times.user + times.system - cpu0
+    return {
+        "rps": rps,
+        **result,
+        "server_cpu_ms_per_get": round(cpu * 1e3 / result["gets"], 3),
+    }
+
+
 def _load_child(client_threads: int, seconds: float, url: str, keys: int, out: Any) -> None:
     out.put(_load(client_threads, seconds, url, keys))
 
@@ -118,6 +171,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--commit-keys", type=int, default=1_000)
     parser.add_argument("--commit-every-ms", type=float, default=100.0)
+    parser.add_argument("--paced-rps", type=float, default=500.0)
     args = parser.parse_args()
     result: dict[str, Any] = {
         "benchmark": "query",
@@ -169,6 +223,9 @@ def main() -> None:
             result["while_committing"] = [
                 _load_elsewhere(n, args.seconds, server.url, args.keys) for n in (1, 4)
             ]
+            result["paced_while_committing"] = _paced_elsewhere(
+                server.url, args.keys, args.paced_rps, args.seconds
+            )
             stop.set()
             result["writer"] = out.get(timeout=30)
             writer.join(timeout=30)
