@@ -171,7 +171,10 @@ class QueryServer:
             settings.bootstrap_servers, timeout_s=min(2.0, settings.broker_timeout_s)
         )
         self.requests = 0
+        self.answered_on_loop = 0
         self.errors = 0
+        self._closed_catch_ups = 0  # of views closed since (their counts live on here)
+        self._closed_reopens = 0
         self._http = ThreadedHttpServer(
             _asgi_app(self), settings.query_host, settings.query_port, "statekeeper-query-server"
         )
@@ -197,22 +200,33 @@ class QueryServer:
         with self._copies_lock:
             gone = [k for k in self._copies if k[0] not in held]
             closing = [self._copies.pop(k) for k in gone]
+            for copy in closing:
+                self._closed_catch_ups += copy.catch_ups
+                self._closed_reopens += copy.reopens
         for copy in closing:
             copy.close()
 
     def report(self) -> dict[str, Any]:
-        """``{"host", "port", "url", "requests", "errors", "views", "assignment_version",
-        "topology"}``: ``host``/``port`` are what the driver publishes."""
+        """``{"host", "port", "url", "requests", "answered_on_loop", "errors", "views",
+        "view_catch_ups", "view_reopens", "assignment_version", "topology"}``: ``host``/``port``
+        are what the driver publishes; ``answered_on_loop`` counts the answers given on the
+        event loop (the rest went to a thread); the views' catch-ups and reopens count since
+        the server started (what following the tasks' writes costs)."""
         assignment = self._assignment
         with self._copies_lock:
             views = len(self._copies)
+            catch_ups = self._closed_catch_ups + sum(c.catch_ups for c in self._copies.values())
+            reopens = self._closed_reopens + sum(c.reopens for c in self._copies.values())
         return {
             "host": self.host,
             "port": self.port,
             "url": self.url,
             "requests": self.requests,
+            "answered_on_loop": self.answered_on_loop,
             "errors": self.errors,
             "views": views,
+            "view_catch_ups": catch_ups,
+            "view_reopens": reopens,
             "assignment_version": assignment.version if assignment else None,
             "topology": self._catalog is not None,
         }
@@ -416,6 +430,8 @@ class QueryServer:
             status = HTTPStatus.INTERNAL_SERVER_ERROR
             body = {"error": f"{type(exc).__name__}: {exc}", "status": 500}
         self.requests += 1
+        if not wait:
+            self.answered_on_loop += 1
         body["executor"] = self.executor.executor_id
         body["took_ms"] = round((time.perf_counter() - started) * 1e3, 3)
         return status, body

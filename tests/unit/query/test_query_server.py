@@ -272,9 +272,16 @@ def test_a_task_moved_away_closes_its_view_and_answers_421(cluster: Cluster) -> 
     user = users_of("0_0")[0]
     client = cluster.client("1")
     assert client.get("counts", user)["executor"] == "1"
-    assert cluster.servers["1"].report()["views"] >= 1
+    before = cluster.servers["1"].report()
+    assert before["views"] >= 1 and before["view_reopens"] >= 1  # each view's first open
     cluster.assign({"0_0": TaskPlacement("2"), "0_1": TaskPlacement("2")}, version=4)
-    assert cluster.servers["1"].report()["views"] == 0
+    after = cluster.servers["1"].report()
+    assert after["views"] == 0
+    # A closed view's counts stay in the server's totals.
+    assert (after["view_reopens"], after["view_catch_ups"]) == (
+        before["view_reopens"],
+        before["view_catch_ups"],
+    )
     assert client.request("/stores/counts/get", {"key": user}).status == 421
     followed = client.get("counts", user)  # executor 2's copy (its standby copy, batch 4)
     assert followed["executor"] == "2" and followed["batch_id"] == 4
@@ -484,8 +491,10 @@ def test_the_event_loop_answers_only_point_gets_from_current_copies(cluster: Clu
         status, body = status_body
         return status, {k: v for k, v in body.items() if k != "took_ms"}
 
+    on_loop = server.report()["answered_on_loop"]
     assert same(server.answer(path, query, wait=False)) == same(server.answer(path, query))
     assert server.requests == requests + 2
+    assert server.report()["answered_on_loop"] == on_loop + 1
     for route, q in (("/stores/counts/range", ""), ("/stores", ""), ("/metadata/counts", "")):
         with pytest.raises(ReadWouldWaitError):
             server.answer(route, q, wait=False)
@@ -494,8 +503,10 @@ def test_the_event_loop_answers_only_point_gets_from_current_copies(cluster: Clu
     write_task(cluster.state_dirs["1"], "0_0", 6, value_offset=6)
     with pytest.raises(ReadWouldWaitError):
         server.answer(path, query, wait=False)
+    catch_ups = server.report()["view_catch_ups"] + server.report()["view_reopens"]
     status, body = server.answer(path, query)  # the thread's answer catches up
     assert body["batch_id"] == 6 and body["value"] == USERS.index(user) + 6
+    assert server.report()["view_catch_ups"] + server.report()["view_reopens"] > catch_ups
     assert server.answer(path, query, wait=False)[1]["batch_id"] == 6
     assert cluster.client("1").get("counts", user)["batch_id"] == 6
 
