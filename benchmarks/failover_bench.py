@@ -772,7 +772,8 @@ def queries(
             "query_error_answers": load.errors,
             "by_rate": by_rate,
             "windows": windows,
-            "control_pair_ratios": control_ratios(control),
+            # Neither window has reads: pair_ratios gives each pair's later ÷ earlier rate.
+            "control_pair_ratios": pair_ratios(control),
             "control_windows": control,
         }
     finally:
@@ -786,15 +787,6 @@ def pair_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
         on, off = (a, b) if a["queries"] else (b, a)
         usable = not (a["drained"] or b["drained"]) and off["processing_rps"]
         ratios.append(round(on["processing_rps"] / off["processing_rps"], 3) if usable else None)
-    return ratios
-
-
-def control_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
-    """Each control pair's later ÷ earlier rate (neither window has reads)."""
-    ratios: list[float | None] = []
-    for a, b in zip(windows[::2], windows[1::2], strict=False):
-        usable = not (a["drained"] or b["drained"]) and a["processing_rps"]
-        ratios.append(round(b["processing_rps"] / a["processing_rps"], 3) if usable else None)
     return ratios
 
 
