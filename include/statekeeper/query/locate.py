@@ -127,13 +127,12 @@ def task_metadata(
 
 
 def key_metadata(
-    assignment: Assignment, entry: StoreEntry, key: bytes, partitions: int | None = None
+    assignment: Assignment, entry: StoreEntry, key: bytes, partitions: int
 ) -> KeyQueryMetadata | None:
     """Where ``key`` (serialized with the store's key serde) lives; None when the assignment
     has no task of the store's subtopology yet. ``partitions``: the subtopology's task count
-    in ``assignment`` when the caller knows it (see :func:`subtopology_partitions`)."""
-    if partitions is None:
-        partitions = subtopology_partitions(assignment, entry.subtopology)
+    in ``assignment`` (:func:`subtopology_partitions`; the query server counts it once per
+    assignment)."""
     if partitions == 0:
         return None
     partition = partition_for_key(key, partitions)
