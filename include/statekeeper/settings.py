@@ -247,6 +247,13 @@ class StatekeeperSettings(BaseSettings):
     query_max_key_bytes: int = Field(
         64 * 1024, ge=1, description="Longest key (encoded) a query accepts"
     )
+    query_max_staleness_ms: int = Field(
+        250,
+        ge=0,
+        description="A query arriving while another follows the task's writes is answered "
+        "from the view's last state only if that state was known current at most this long "
+        "ago; otherwise it waits for the view to catch up (0: always wait)",
+    )
     embedded_broker_port: int = Field(9092, ge=1, le=65535)
     embedded_broker_dir: Path = Field(Path("var/broker"), description="Embedded broker run dir")
 

@@ -24,7 +24,9 @@ snapshots are not honoured by a secondary (a snapshot read after a catch-up retu
 new value). So a view follows the primary only when its files changed (a ~50 us scan of
 the WAL and MANIFEST sizes), and a read/write lock keeps each answer on one state: reads
 share it, a catch-up or a swap takes it alone (it waits for reads in flight, never for the
-writer).
+writer). Reads that arrive while one thread follows the primary answer from the state the
+view holds only if it was known current a moment ago (``max_staleness_s``); after a quiet
+spell they wait, so no answer shows a commit long past.
 
 One wrinkle: opening any rocksdict handle rewrites ``rocksdict-config.json`` in the
 directory it opens, and a query must not write in a live task directory. So the secondary
@@ -39,6 +41,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -218,7 +221,9 @@ class StoreCopy:
     """A read-only view of one task's store directory (see the module docstring).
 
     ``window``: the store's window geometry ``(retention_ms, window_size_ms)`` for window
-    stores, None for key-value stores.
+    stores, None for key-value stores. ``max_staleness_s``: how long after the view was last
+    seen current a read may still be answered from it while another thread follows the
+    primary (see :meth:`refresh`).
 
     WAL growth is followed by a catch-up; a moved MANIFEST (a flush, a compaction) by a new
     secondary opened beside the current one and swapped in, so reads wait only for the swap.
@@ -234,6 +239,7 @@ class StoreCopy:
         path: Path,
         scratch_dir: Path,
         window: tuple[int, int] | None = None,
+        max_staleness_s: float = 0.25,
     ) -> None:
         self.name = name
         self.path = Path(path)
@@ -248,6 +254,11 @@ class StoreCopy:
         self._seen: _Files | None = None
         self._state = CopyState(None, None)
         self._window_store: WindowBytesStore | None = None
+        self.max_staleness_s = max_staleness_s
+        # When the view was last known to show the primary's last commit (the start of the
+        # file scan that found nothing new): what a read during another thread's catch-up
+        # may rely on.
+        self._current_at = float("-inf")
         self.catch_ups = 0
         self.reopens = 0
         self._closed = False
@@ -275,23 +286,29 @@ class StoreCopy:
 
     def refresh(self, wait: bool = True) -> None:
         """Follow the primary if its files changed since the view last did (see the class
-        docstring). Only one thread refreshes at a time; the others go on reading the state
-        the view holds. Raises :class:`CopyUnavailableError` when there is no copy to open.
+        docstring). Raises :class:`CopyUnavailableError` when there is no copy to open.
+
+        Only one thread refreshes at a time. The others read the state the view holds only
+        if it was known to be the primary's last commit at most ``max_staleness_s`` ago
+        (under a steady read load, a few ms): a read arriving after a quiet spell, while
+        the first one back follows the primary, waits for it instead of answering from a
+        commit long past, then checks the files itself.
 
         ``wait=False`` (a caller that must not block, e.g. an event loop) only checks: it
         raises :class:`ReadWouldWaitError` when the view has to catch up or open first."""
         if not self._refresh_mutex.acquire(blocking=False):
-            if self._handle is None:
-                if not wait:
-                    raise ReadWouldWaitError(f"the view of {self.name} is opening")
-                with self._refresh_mutex:  # the first open: wait for it
-                    pass
-                if self._handle is None:
-                    raise CopyUnavailableError(f"no readable copy of {self.name} at {self.path}")
-            return
+            if (
+                self._handle is not None
+                and time.monotonic() - self._current_at <= self.max_staleness_s
+            ):
+                return
+            if not wait:
+                raise ReadWouldWaitError(f"the view of {self.name} is following the primary")
+            self._refresh_mutex.acquire()
         try:
             if self._closed:
                 raise CopyUnavailableError(f"view of {self.name} is closed")
+            checked_at = time.monotonic()
             files = self._files()
             if files.identity is None:
                 if not wait:
@@ -300,12 +317,14 @@ class StoreCopy:
                 raise CopyUnavailableError(f"no copy of store {self.name} at {self.path}")
             seen = self._seen
             if self._handle is not None and files == seen:
+                self._current_at = checked_at
                 return
             if not wait:
                 raise ReadWouldWaitError(f"the view of {self.name} must follow the primary")
             if self._handle is None or seen is None or files.manifest != seen.manifest:
                 handle, state, settled = self._open_settled()
                 self._swap((handle, state), settled)
+                self._current_at = checked_at
                 return
             with self._lock.exclusive():
                 try:
@@ -319,6 +338,7 @@ class StoreCopy:
                 if caught_up:
                     self._state, self._window_store = self._load_state(self._handle)
                     self._seen = files
+                    self._current_at = checked_at
                     return
                 # The MANIFEST moved during the catch-up: the view may hold the mix the
                 # class docstring describes, so nobody reads it until a fresh one is in.
@@ -328,6 +348,7 @@ class StoreCopy:
                 handle, state, settled = self._open_settled()
                 self._install(handle, state)
                 self._seen = settled
+                self._current_at = checked_at
         finally:
             self._refresh_mutex.release()
 

@@ -288,6 +288,7 @@ class QueryServer:
                     path.store_path(spec.name),
                     self._scratch / task,
                     window,  # type: ignore[arg-type]
+                    max_staleness_s=self.settings.query_max_staleness_ms / 1000,
                 )
                 self._copies[key] = copy
         try:

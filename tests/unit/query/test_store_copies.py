@@ -179,3 +179,73 @@ def test_a_read_that_must_not_wait_is_refused_until_the_view_has_followed(
     finally:
         copy.close()
         store.close()
+
+
+def test_a_read_during_another_threads_catch_up_shows_a_recent_commit_or_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one read follows the primary, the others may answer from the view's last state
+    only if it was known current within ``max_staleness_s``. After a quiet spell they wait:
+    the failover bench once had gets answered from a commit two minutes old (keys the task
+    had long committed answered "not found") while the first get back reopened the view."""
+    store = RocksDBKeyValueStore("counts", tmp_path / "db")
+    copy = StoreCopy("counts", tmp_path / "db", tmp_path / "scratch", max_staleness_s=60.0)
+    opening, release = threading.Event(), threading.Event()
+    open_settled = copy._open_settled
+
+    def slow_open_settled():  # type: ignore[no-untyped-def]
+        opening.set()
+        assert release.wait(10)
+        return open_settled()
+
+    def follow() -> None:
+        copy.refresh()
+
+    try:
+        _commit(store, 1)
+        copy.refresh()
+        monkeypatch.setattr(copy, "_open_settled", slow_open_settled)
+
+        # Within the bound: the view's state (batch 1, current a moment ago) is answered.
+        _commit(store, 2)
+        store._db.flush()  # the MANIFEST moves: the view reopens
+        first = threading.Thread(target=follow)
+        first.start()
+        assert opening.wait(10)
+        copy.refresh(wait=False)
+        copy.refresh()
+        assert _read(copy)[:2] == ({b"1"}, 1)
+        release.set()
+        first.join(10)
+        assert _read(copy)[:2] == ({b"2"}, 2)
+
+        # Past the bound: reads wait for the follower, then show its commit.
+        copy.max_staleness_s = 0.05
+        opening.clear()
+        release.clear()
+        _commit(store, 3)
+        store._db.flush()
+        time.sleep(0.1)
+        first = threading.Thread(target=follow)
+        first.start()
+        assert opening.wait(10)
+        with pytest.raises(ReadWouldWaitError, match="following the primary"):
+            copy.refresh(wait=False)
+        seen: list[tuple[set[bytes], int | None]] = []
+
+        def read_after_refresh() -> None:
+            copy.refresh()
+            seen.append(_read(copy)[:2])
+
+        waiting = threading.Thread(target=read_after_refresh)
+        waiting.start()
+        waiting.join(0.3)
+        assert waiting.is_alive() and not seen  # it waits for the follower
+        release.set()
+        first.join(10)
+        waiting.join(10)
+        assert seen == [({b"3"}, 3)]
+    finally:
+        release.set()
+        copy.close()
+        store.close()
