@@ -44,7 +44,10 @@ point-get load (``--query-threads`` client threads sharing a total rate cap, loo
 against the active executor's query server, for keys that exist. After one unmeasured window,
 each cap of ``--query-rps`` gets ``--pairs`` off/on pairs in ABBA order, then
 ``--control-pairs`` pairs run with no reads in either window (``query_control_pair_ratios``:
-how far apart two adjacent windows land when nothing differs). Processing rates come
+how far apart two adjacent windows land when nothing differs). Each ABBA block of four
+windows also gets one ratio, its middle two windows' rate ÷ its outer two's
+(``block_ratios``; with reads ÷ without, as a drift that is linear over the block cancels;
+``query_control_block_ratios``: the same of the control windows). Processing rates come
 from the status document's processed-record counts and times at each window's edges (windows
 in which the backlog ran out are left out). The headline query figures are the highest cap's;
 ``query_by_rate`` has each cap's. The whole query phase runs once per ``--query-services``
@@ -774,6 +777,7 @@ def queries(
             "windows": windows,
             # Neither window has reads: pair_ratios gives each pair's later ÷ earlier rate.
             "control_pair_ratios": pair_ratios(control),
+            "control_block_ratios": block_ratios(control),
             "control_windows": control,
         }
     finally:
@@ -787,6 +791,24 @@ def pair_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
         on, off = (a, b) if a["queries"] else (b, a)
         usable = not (a["drained"] or b["drained"]) and off["processing_rps"]
         ratios.append(round(on["processing_rps"] / off["processing_rps"], 3) if usable else None)
+    return ratios
+
+
+def block_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
+    """Each ABBA block's middle two windows' processing rate ÷ its outer two's (windows in
+    run order, four a block): a drift in the machine's speed that is linear over the block
+    weighs on both sides alike. With the query windows in the middle it is with ÷ without."""
+    ratios: list[float | None] = []
+    for n in range(0, len(windows) - 3, 4):
+        block = windows[n : n + 4]
+
+        def rate(side: list[dict[str, Any]]) -> float | None:
+            span = sum(w["status_span_seconds"] for w in side)
+            return sum(w["records"] for w in side) / span if span > 0 else None
+
+        inner, outer = rate(block[1:3]), rate([block[0], block[3]])
+        usable = not any(w["drained"] for w in block) and inner and outer
+        ratios.append(round(inner / outer, 3) if usable else None)  # type: ignore[operator]
     return ratios
 
 
@@ -831,6 +853,8 @@ def summarize_rate(rate: float, windows: list[dict[str, Any]]) -> dict[str, Any]
         ),
         # Each ABBA pair's own ratio (adjacent windows): less exposed to the drift.
         "pair_ratios": pair_ratios(mine),
+        # Each ABBA block's (off on on off): a linear drift cancels.
+        "block_ratios": block_ratios(mine),
         # The spread of single windows: how much of the ratio is this machine's noise.
         "processing_rps_without_windows": off,
         "processing_rps_with_queries_windows": on,
@@ -1075,6 +1099,7 @@ def main() -> None:
                     query_by_rate=q["by_rate"],
                     query_windows=q["windows"],
                     query_control_pair_ratios=q["control_pair_ratios"],
+                    query_control_block_ratios=q["control_block_ratios"],
                     query_control_windows=q["control_windows"],
                 )
     finally:
