@@ -21,12 +21,13 @@ a secondary 33 ms; a catch-up 6 ms p50 / 14 ms p99 with writes pending and 2 ms 
 (it re-reads the MANIFEST); a point get ~1 us. A read-only open instead costs ~300 ms per
 open under the same load (it replays the whole WAL) and sees nothing newer, and RocksDB
 snapshots are not honoured by a secondary (a snapshot read after a catch-up returned the
-new value). So a view follows the primary only when its files changed (a ~50 us scan of
-the WAL and MANIFEST sizes), and a read/write lock keeps each answer on one state: reads
-share it, a catch-up or a swap takes it alone (it waits for reads in flight, never for the
-writer). Reads that arrive while one thread follows the primary answer from the state the
-view holds only if it was known current a moment ago (``max_staleness_s``); after a quiet
-spell they wait, so no answer shows a commit long past.
+new value). So a view follows the primary only when its files changed (a few ``stat``
+calls of the WAL, the MANIFEST and the directory: :mod:`statekeeper.query.store_files`),
+and a read/write lock keeps each answer on one state: reads share it, a catch-up or a swap
+takes it alone (it waits for reads in flight, never for the writer). Reads that arrive
+while one thread follows the primary answer from the state the view holds only if it was
+known current a moment ago (``max_staleness_s``); after a quiet spell they wait, so no
+answer shows a commit long past.
 
 One wrinkle: opening any rocksdict handle rewrites ``rocksdict-config.json`` in the
 directory it opens, and a query must not write in a live task directory. So the secondary
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import shutil
 import threading
 import time
@@ -51,6 +51,7 @@ from typing import Any
 import rocksdict
 
 from statekeeper.query.link_mirror import LinkMirror
+from statekeeper.query.store_files import Files, StoreFiles
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.rocksdb import META_CF, decode_metadata, scan_range
 from statekeeper.stores.window_bytes import WindowBytesStore
@@ -193,16 +194,6 @@ def _options() -> rocksdict.Options:
     return opts
 
 
-@dataclass(frozen=True)
-class _Files:
-    """What the primary's writes move: the WAL files (every commit appends), the MANIFEST
-    and CURRENT (flushes and compactions), and IDENTITY's inode (a recreated store)."""
-
-    wal: tuple[tuple[Any, ...], ...]
-    manifest: tuple[tuple[Any, ...], ...]
-    identity: tuple[int, int] | None
-
-
 class _Handle:
     """One secondary instance and what it showed at its last catch-up."""
 
@@ -245,13 +236,14 @@ class StoreCopy:
         self.path = Path(path)
         self.scratch_dir = Path(scratch_dir)
         self.window = window
+        self._store_files = StoreFiles(self.path)
         self._mirror = LinkMirror(
             self.path, self.scratch_dir / f"{name}-links-{next(self._serial)}"
         )
         self._lock = ReadWriteLock()
         self._refresh_mutex = threading.Lock()
         self._handle: _Handle | None = None
-        self._seen: _Files | None = None
+        self._seen: Files | None = None
         self._state = CopyState(None, None)
         self._window_store: WindowBytesStore | None = None
         self.max_staleness_s = max_staleness_s
@@ -265,24 +257,8 @@ class StoreCopy:
 
     # -- following the primary -------------------------------------------------------------
 
-    def _files(self) -> _Files:
-        wal, manifest = [], []
-        identity = None
-        try:
-            with os.scandir(self.path) as scan:
-                for entry in scan:
-                    name = entry.name
-                    if name.endswith(".log"):
-                        st = entry.stat()
-                        wal.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
-                    elif name.startswith(("MANIFEST-", "CURRENT", "IDENTITY")):
-                        st = entry.stat()
-                        manifest.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
-                        if name == "IDENTITY":
-                            identity = (st.st_dev, st.st_ino)
-        except FileNotFoundError:
-            pass
-        return _Files(tuple(sorted(wal)), tuple(sorted(manifest)), identity)
+    def _files(self) -> Files:
+        return self._store_files.scan()
 
     def refresh(self, wait: bool = True) -> None:
         """Follow the primary if its files changed since the view last did (see the class
@@ -309,14 +285,18 @@ class StoreCopy:
             if self._closed:
                 raise CopyUnavailableError(f"view of {self.name} is closed")
             checked_at = time.monotonic()
+            seen = self._seen
+            if self._handle is not None and seen is not None and self._store_files.unchanged(seen):
+                self._current_at = checked_at
+                return
             files = self._files()
             if files.identity is None:
                 if not wait:
                     raise ReadWouldWaitError(f"the view of {self.name} must close")
                 self._swap(None, None)
                 raise CopyUnavailableError(f"no copy of store {self.name} at {self.path}")
-            seen = self._seen
             if self._handle is not None and files == seen:
+                self._seen = files  # the same files: a newer stamp of the directory
                 self._current_at = checked_at
                 return
             if not wait:
@@ -352,7 +332,7 @@ class StoreCopy:
         finally:
             self._refresh_mutex.release()
 
-    def _open_settled(self) -> tuple[_Handle, tuple[CopyState, WindowBytesStore | None], _Files]:
+    def _open_settled(self) -> tuple[_Handle, tuple[CopyState, WindowBytesStore | None], Files]:
         """A new secondary and its state, opened while the MANIFEST did not move."""
         for attempt in range(1, self.OPEN_ATTEMPTS + 1):
             before = self._files()
@@ -398,7 +378,7 @@ class StoreCopy:
     def _swap(
         self,
         opened: tuple[_Handle, tuple[CopyState, WindowBytesStore | None]] | None,
-        files: _Files | None,
+        files: Files | None,
     ) -> None:
         """Put a freshly opened ``(handle, state)`` in (None: no copy), closing the old."""
         with self._lock.exclusive():
