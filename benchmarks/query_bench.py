@@ -8,7 +8,8 @@ store (as an active task does). Measures, per phase and client-thread count:
   p50_ms / p99_ms       client-side latency of one get
   writer_commit_p50_ms  the writer's commit time (with the server reading alongside)
   batches_seen          distinct commits the answers showed (the view follows the writer)
-and, in a third phase at a fixed rate (``--paced-rps`` gets/s from one client, writer on):
+and at a fixed rate (``--paced-rps`` gets/s from one client), without writes
+(``paced_idle``) and while the writer commits (``paced_while_committing``):
   server_cpu_ms_per_get CPU the server's process spent per get (answers and following the
                         writer: catch-ups, reopens), from os.times() around the phase
   client_cpu_ms_per_get the client process's CPU per get
@@ -204,6 +205,9 @@ def main() -> None:
             result["idle"] = [
                 _load_elsewhere(n, args.seconds, server.url, args.keys) for n in (1, 4)
             ]
+            result["paced_idle"] = _paced_elsewhere(
+                server.url, args.keys, args.paced_rps, args.seconds
+            )
 
             ctx = multiprocessing.get_context("spawn")
             stop, out = ctx.Event(), ctx.Queue()
