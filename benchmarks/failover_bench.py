@@ -47,7 +47,12 @@ each cap of ``--query-rps`` gets ``--pairs`` off/on pairs in ABBA order, then
 how far apart two adjacent windows land when nothing differs). Each ABBA block of four
 windows also gets one ratio, its middle two windows' rate ÷ its outer two's
 (``block_ratios``; with reads ÷ without, as a drift that is linear over the block cancels;
-``query_control_block_ratios``: the same of the control windows). Processing rates come
+``query_control_block_ratios``: the same of the control windows). ``--burn-pairs`` pairs
+follow with no reads either, one window of each running a plain busy loop of
+``--burn-cores`` cores instead (``query_burn_block_ratios``: what that much CPU alone
+costs the app on this machine). Each window has ``cores_by_role``: the cores the app's
+Python workers, the broker, the service process, this script (the query clients) and the
+JVMs kept busy in it. Processing rates come
 from the status document's processed-record counts and times at each window's edges (windows
 in which the backlog ran out are left out). The headline query figures are the highest cap's;
 ``query_by_rate`` has each cap's. The whole query phase runs once per ``--query-services``
@@ -91,6 +96,7 @@ from frozen_host import (  # this script's folder is on sys.path
     verify_counts,
     wait_busy,
 )
+from process_cpu import cores_by_role, cpu_snapshot  # this script's folder is on sys.path
 
 from statekeeper.cluster.local_cluster import ClusterConfig, LocalSparkCluster
 from statekeeper.kafka.adapter import consumer_config, producer_config
@@ -721,12 +727,16 @@ def queries(
         rates = [float(r) for r in str(args.query_rps).split(",")]
         windows: list[dict[str, Any]] = []
 
-        def measure(rate: float, with_queries: bool, label: str) -> dict[str, Any]:
+        def measure(
+            rate: float, with_queries: bool, label: str, burn: float = 0.0
+        ) -> dict[str, Any]:
             start = proc.status() or {}
-            t0 = time.monotonic()
-            answer = load.run_for(args.window_s, rate) if with_queries else None
-            if answer is None:
-                time.sleep(args.window_s)
+            cpu0, t0 = cpu_snapshot(), time.monotonic()
+            with CpuBurner(burn):
+                answer = load.run_for(args.window_s, rate) if with_queries else None
+                if answer is None:
+                    time.sleep(args.window_s)
+                cores = cores_by_role(cpu0, cpu_snapshot(), time.monotonic() - t0)
             end = proc.status() or {}
             span = (end.get("updated_at") or 0) - (start.get("updated_at") or 0)
             records = _processed(end) - _processed(start)
@@ -738,6 +748,10 @@ def queries(
                 "records": records,
                 "processing_rps": round(records / span, 1) if span > 0 else None,
                 "drained": drained(end),
+                "burn_cores": burn,
+                # Where the window's CPU went: the app's Python workers, the broker, the
+                # service process, this script's query clients (driver_python), the JVMs.
+                "cores_by_role": cores,
                 "query_load": answer,
             }
             shown = {k: v for k, v in window.items() if k != "query_load"}
@@ -757,7 +771,13 @@ def queries(
         control = [
             measure(0.0, False, f"control window {n + 1}") for n in range(2 * args.control_pairs)
         ]
-        if any(w["drained"] for w in windows + control):
+        # Pairs with no reads, one window of each with a plain busy loop using
+        # ``--burn-cores`` instead (what the reads' CPU alone costs the app on these cores).
+        burned = [
+            measure(0.0, False, f"burn window {n + 1}", args.burn_cores if n % 4 in (1, 2) else 0.0)
+            for n in range(2 * args.burn_pairs)
+        ]
+        if any(w["drained"] for w in windows + control + burned):
             log("[queries] WARNING: the backlog drained inside a window; raise --backlog")
         by_rate = [summarize_rate(rate, windows) for rate in rates]
         for window in windows:  # keep the JSON small: per-window figures only
@@ -779,9 +799,46 @@ def queries(
             "control_pair_ratios": pair_ratios(control),
             "control_block_ratios": block_ratios(control),
             "control_windows": control,
+            # The busy loop's windows in the middle of each block: with it ÷ without.
+            "burn_block_ratios": block_ratios(burned),
+            "burn_windows": burned,
         }
     finally:
         proc.kill9()
+
+
+class CpuBurner:
+    """A child process that keeps ``cores`` (< 1) of a core busy with a plain loop while the
+    block runs: ~10 ms periods, busy for their ``cores`` share (0: nothing starts)."""
+
+    def __init__(self, cores: float) -> None:
+        self.cores = cores
+        self._stop: Any = None
+        self._child: Any = None
+
+    def __enter__(self) -> CpuBurner:
+        if self.cores > 0:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
+            self._stop = ctx.Event()
+            self._child = ctx.Process(target=_burn, args=(self.cores, self._stop), daemon=True)
+            self._child.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._child is not None:
+            self._stop.set()
+            self._child.join(10)
+
+
+def _burn(cores: float, stop: Any) -> None:
+    period = 0.01
+    while not stop.is_set():
+        started = time.perf_counter()
+        while time.perf_counter() - started < period * cores:
+            pass
+        time.sleep(period * (1 - cores))
 
 
 def pair_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
@@ -949,6 +1006,14 @@ def main() -> None:
         default=2,
         help="window pairs with no reads in either, after the others (the noise floor)",
     )
+    parser.add_argument(
+        "--burn-pairs",
+        type=int,
+        default=0,
+        help="window pairs with no reads, one of each with a busy loop of --burn-cores "
+        "(the reads' CPU alone, as a cost to the app)",
+    )
+    parser.add_argument("--burn-cores", type=float, default=0.4)
     parser.add_argument("--window-s", type=float, default=8.0)
     parser.add_argument("--query-threads", type=int, default=2)
     parser.add_argument(
@@ -1079,7 +1144,11 @@ def main() -> None:
                 # Each mode's summary side by side; the headline figures are the last mode's.
                 by_services = {m: queries(work, cluster, bootstrap, args, m) for m in modes}
                 result["query_by_services"] = {
-                    m: {k: v for k, v in q.items() if k not in ("windows", "control_windows")}
+                    m: {
+                        k: v
+                        for k, v in q.items()
+                        if k not in ("windows", "control_windows", "burn_windows")
+                    }
                     for m, q in by_services.items()
                 }
                 q = by_services[modes[-1]]
@@ -1100,6 +1169,8 @@ def main() -> None:
                     query_windows=q["windows"],
                     query_control_pair_ratios=q["control_pair_ratios"],
                     query_control_block_ratios=q["control_block_ratios"],
+                    query_burn_block_ratios=q["burn_block_ratios"],
+                    query_burn_windows=q["burn_windows"],
                     query_control_windows=q["control_windows"],
                 )
     finally:

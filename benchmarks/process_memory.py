@@ -25,7 +25,7 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def _descendants(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
     seen, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -44,7 +44,7 @@ def _peak_kib(pid: int) -> int | None:
     return None
 
 
-def _role(pid: int, root: int) -> str:
+def role_of(pid: int, root: int) -> str:
     if pid == root:
         return "driver_python"
     try:
@@ -68,11 +68,11 @@ def peak_rss_by_role(root: int | None = None) -> dict[str, Any]:
     """Per role, the processes' count, their largest peak and the sum of their peaks (MiB)."""
     root = os.getpid() if root is None else root
     out: dict[str, Any] = {}
-    for pid in _descendants(root):
+    for pid in descendants(root):
         peak = _peak_kib(pid)
         if peak is None:
             continue
-        role = out.setdefault(_role(pid, root), {"processes": 0, "max_mib": 0.0, "sum_mib": 0.0})
+        role = out.setdefault(role_of(pid, root), {"processes": 0, "max_mib": 0.0, "sum_mib": 0.0})
         role["processes"] += 1
         role["max_mib"] = round(max(role["max_mib"], peak / 1024), 1)
         role["sum_mib"] = round(role["sum_mib"] + peak / 1024, 1)
