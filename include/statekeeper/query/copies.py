@@ -257,9 +257,6 @@ class StoreCopy:
 
     # -- following the primary -------------------------------------------------------------
 
-    def _files(self) -> Files:
-        return self._store_files.scan()
-
     def refresh(self, wait: bool = True) -> None:
         """Follow the primary if its files changed since the view last did (see the class
         docstring). Raises :class:`CopyUnavailableError` when there is no copy to open.
@@ -289,7 +286,7 @@ class StoreCopy:
             if self._handle is not None and seen is not None and self._store_files.unchanged(seen):
                 self._current_at = checked_at
                 return
-            files = self._files()
+            files = self._store_files.scan()
             if files.identity is None:
                 if not wait:
                     raise ReadWouldWaitError(f"the view of {self.name} must close")
@@ -311,7 +308,7 @@ class StoreCopy:
                     self._mirror.sync()
                     self._handle.db.try_catch_up_with_primary()
                     self.catch_ups += 1
-                    caught_up = self._files().manifest == files.manifest
+                    caught_up = self._store_files.scan().manifest == files.manifest
                 except Exception as exc:  # rocksdict raises plain Exception
                     log.info("query view %s: catch-up failed (%s); reopening", self.path, exc)
                     caught_up = False
@@ -335,14 +332,14 @@ class StoreCopy:
     def _open_settled(self) -> tuple[_Handle, tuple[CopyState, WindowBytesStore | None], Files]:
         """A new secondary and its state, opened while the MANIFEST did not move."""
         for attempt in range(1, self.OPEN_ATTEMPTS + 1):
-            before = self._files()
+            before = self._store_files.scan()
             handle = self._open()
             try:
                 state = self._load_state(handle)
             except BaseException:
                 handle.close()
                 raise
-            after = self._files()
+            after = self._store_files.scan()
             if after.manifest == before.manifest or attempt == self.OPEN_ATTEMPTS:
                 # On the last attempt ``before`` is kept: the next refresh sees the moved
                 # MANIFEST and opens again.
