@@ -905,6 +905,14 @@ class CpuBurner:
             self._child.join(10)
 
 
+def burn_cores(text: str) -> float:
+    """``--burn-cores``: a share of one core, at least 0 and below 1."""
+    cores = float(text)
+    if not 0 <= cores < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, not {cores}")
+    return cores
+
+
 def _burn(cores: float, stop: Any) -> None:
     period = 0.01
     while not stop.is_set():
@@ -924,6 +932,12 @@ def pair_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
     return ratios
 
 
+def records_per_second(windows: list[dict[str, Any]]) -> float | None:
+    """The windows' processing rate taken together (their records over their status spans)."""
+    span = sum(w["status_span_seconds"] for w in windows)
+    return sum(w["records"] for w in windows) / span if span > 0 else None
+
+
 def block_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
     """Each ABBA block's middle two windows' processing rate ÷ its outer two's (windows in
     run order, four a block): a drift in the machine's speed that is linear over the block
@@ -931,12 +945,7 @@ def block_ratios(windows: list[dict[str, Any]]) -> list[float | None]:
     ratios: list[float | None] = []
     for n in range(0, len(windows) - 3, 4):
         block = windows[n : n + 4]
-
-        def rate(side: list[dict[str, Any]]) -> float | None:
-            span = sum(w["status_span_seconds"] for w in side)
-            return sum(w["records"] for w in side) / span if span > 0 else None
-
-        inner, outer = rate(block[1:3]), rate([block[0], block[3]])
+        inner, outer = records_per_second(block[1:3]), records_per_second([block[0], block[3]])
         usable = not any(w["drained"] for w in block) and inner and outer
         ratios.append(round(inner / outer, 3) if usable else None)  # type: ignore[operator]
     return ratios
@@ -948,9 +957,8 @@ def summarize_rate(rate: float, windows: list[dict[str, Any]]) -> dict[str, Any]
 
     def processing(flag: bool) -> float | None:
         # A window in which the backlog ran out measured the input, not the app.
-        picked = [w for w in mine if w["queries"] == flag and not w["drained"]]
-        span = sum(w["status_span_seconds"] for w in picked)
-        return round(sum(w["records"] for w in picked) / span, 1) if span > 0 else None
+        rate = records_per_second([w for w in mine if w["queries"] == flag and not w["drained"]])
+        return round(rate, 1) if rate is not None else None
 
     loads = [w["query_load"] for w in mine if w["query_load"]]
     seconds = sum(q["seconds"] for q in loads)
@@ -1086,7 +1094,7 @@ def main() -> None:
         help="window pairs with no reads, one of each with a busy loop of --burn-cores "
         "(the reads' CPU alone, as a cost to the app)",
     )
-    parser.add_argument("--burn-cores", type=float, default=0.4)
+    parser.add_argument("--burn-cores", type=burn_cores, default=0.4)
     parser.add_argument(
         "--query-client",
         choices=("raw", "library"),
