@@ -33,6 +33,11 @@ class InvalidStoreConfigError(ConfigError):
     """A store builder was given an impossible configuration (e.g. retention < size + grace)."""
 
 
+class StoreContractError(InvalidStoreConfigError):
+    """A custom store's supplier breaks the store contract (docs/custom-stores.md); the
+    message names the method and what it did."""
+
+
 class ProduceError(StatekeeperError):
     """A changelog or output record was not acknowledged by the broker."""
 

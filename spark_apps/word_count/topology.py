@@ -15,6 +15,7 @@ import re
 from statekeeper.processing.dsl import Grouped, Materialized, StreamsBuilder
 from statekeeper.processing.errors import InvalidRecordError
 from statekeeper.processing.topology import Topology
+from statekeeper.stores.supplier import StoreSupplier
 
 WORD_RE = re.compile(r"[a-z0-9']+")
 
@@ -34,14 +35,16 @@ def build_topology(
     input_topic: str = "lines",
     output_topic: str = "word-counts",
     store: str = "word-counts",
+    supplier: StoreSupplier | None = None,
 ) -> Topology:
-    """The word_count topology on the given topics and store."""
+    """The word_count topology on the given topics and store (``supplier``: the counts in a
+    custom engine, as spark_apps/word_count_sqlite does; None: RocksDB)."""
     builder = StreamsBuilder()
     lines = builder.stream(input_topic, key_serde="bytes", value_serde="str")
     counts = (
         lines.flat_map_values(words_of)
         .group_by(_word, Grouped.as_("words").with_key_serde("str").with_value_serde("str"))
-        .count(Materialized.as_(store).with_serdes("str", "int"))
+        .count(Materialized.as_(store, supplier).with_serdes("str", "int"))
     )
     counts.to_stream().map_values(str).to(output_topic, key_serde="str", value_serde="str")
     return builder.build()

@@ -52,6 +52,7 @@ from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory, TaskLock
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.builders import StoreSpec
+from statekeeper.stores.read_only_view import ReadOnlyStoreView
 from statekeeper.stores.rocksdb import META_CF, decode_metadata, scan_range
 from statekeeper.stores.window_bytes import WindowBytesStore, changelog_window_key
 
@@ -194,8 +195,9 @@ def _open_shadow(shadow: Path) -> tuple[Any, Any]:
     return db, meta
 
 
-class ReadOnlyStore:
-    """One live store's committed state, read through a private shadow (module docstring).
+class ReadOnlyStore(ReadOnlyStoreView):
+    """One live RocksDB store's committed state, read through a private shadow (module
+    docstring).
 
     Offers what :class:`~statekeeper.stores.window_bytes.WindowBytesStore` and the operator
     tools read (``get``, ``range``, ``items``, ``approximate_num_entries``,
@@ -294,11 +296,39 @@ class ReadOnlyStore:
         self.close()
 
 
+def has_local_copy(spec: StoreSpec, path: Path) -> bool:
+    """Whether ``path`` holds files of ``spec``'s store: RocksDB's CURRENT, or for a custom
+    engine any file at all (its supplier's view says whether they are readable)."""
+    if spec.supplier is None:
+        return (path / "CURRENT").is_file()
+    return path.is_dir() and any(p.is_file() for p in path.iterdir())
+
+
+def open_store_view(path: Path, spec: StoreSpec | None = None) -> ReadOnlyStoreView:
+    """The committed state of the live store at ``path``, read without writing, restoring or
+    locking anything there: a RocksDB store through a private shadow (:class:`ReadOnlyStore`),
+    a custom store (``spec.supplier``) through its supplier's ``open_read_only``. Raises
+    :class:`LiveStoreUnreadableError` when it cannot be read, or the supplier has no
+    read-only view (the message names the method)."""
+    if spec is None or spec.supplier is None:
+        return ReadOnlyStore(path, spec.name if spec is not None else None)
+    if not Path(path).is_dir():
+        raise LiveStoreUnreadableError(f"no store {spec.name!r} at {path}: nothing to read")
+    try:
+        return spec.supplier.open_read_only(spec.name, Path(path))
+    except NotImplementedError as exc:
+        raise LiveStoreUnreadableError(f"store {spec.name!r}: {exc}") from exc
+    except StoreCorruptError as exc:
+        raise LiveStoreUnreadableError(f"cannot read store {spec.name!r} at {path}: {exc}") from exc
+
+
 @contextmanager
-def read_only_store(path: Path, name: str | None = None) -> Iterator[ReadOnlyStore]:
+def read_only_store(
+    path: Path, name: str | None = None, spec: StoreSpec | None = None
+) -> Iterator[ReadOnlyStoreView]:
     """``with read_only_store(path) as store:`` the live store at ``path``, read-only
-    (:class:`ReadOnlyStore`)."""
-    store = ReadOnlyStore(path, name)
+    (:func:`open_store_view`; ``spec``: a custom store's, to reach its supplier)."""
+    store = open_store_view(path, spec) if spec is not None else ReadOnlyStore(path, name)
     try:
         yield store
     finally:
@@ -343,7 +373,7 @@ class LiveTask:
 
 def read_live_store(spec: StoreSpec, path: Path, *, contents: bool = True) -> LiveStore:
     """Read one persistent live store (metadata, and its entries when ``contents``)."""
-    with read_only_store(path, spec.name) as store:
+    with read_only_store(path, spec.name, spec) as store:
         observed = None
         entries: Contents | None = None
         if spec.kind == "window":
@@ -378,7 +408,7 @@ def read_live_task(
         path = directory.store_path(spec.name)
         if not spec.persistent:
             found.in_memory.append(spec.name)
-        elif not (path / "CURRENT").is_file():
+        elif not has_local_copy(spec, path):
             found.missing.append(spec.name)
         else:
             found.stores[spec.name] = read_live_store(spec, path, contents=contents)
@@ -488,6 +518,8 @@ __all__ = [
     "lock_holder",
     "read_live_store",
     "read_live_task",
+    "has_local_copy",
+    "open_store_view",
     "read_only_store",
     "verify_live_commit",
 ]

@@ -128,7 +128,14 @@ def restore_task(
                 )
             else:
                 reports[spec.name] = install_store(
-                    settings, storage, task_id, partition, spec.name, from_snapshot, progress
+                    settings,
+                    storage,
+                    task_id,
+                    partition,
+                    spec.name,
+                    from_snapshot,
+                    progress,
+                    spec=spec,
                 )
     task = env.task(task_id, partition, specs)
     outcomes = task.open()

@@ -37,8 +37,10 @@ class StoreEntry:
 
     @property
     def queryable(self) -> bool:
-        """Only persistent stores have files another process can read."""
-        return self.spec.persistent
+        """Only persistent stores have files another process can read (a custom engine:
+        through its supplier's read-only view)."""
+        supplier = self.spec.supplier
+        return self.spec.persistent and (supplier is None or supplier.has_read_only_view)
 
     def describe(self) -> dict[str, Any]:
         spec = self.spec
@@ -49,6 +51,7 @@ class StoreEntry:
             "key_serde": spec.key_serde if isinstance(spec.key_serde, str) else "custom",
             "value_serde": spec.value_serde if isinstance(spec.value_serde, str) else "custom",
             "persistent": spec.persistent,
+            "engine": spec.engine,
             "queryable": self.queryable,
             "internal": self.internal,
         }

@@ -106,12 +106,16 @@ from statekeeper.query.locate import (
     subtopology_partitions,
     task_metadata,
 )
+from statekeeper.query.supplied_copies import SuppliedStoreCopy
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
 from statekeeper.state.task_id import TaskId
 from statekeeper.stores.serdes import serde_for
 
 log = logging.getLogger("statekeeper.query")
+#: A task's store as a query reads it: RocksDB through a secondary, a custom engine through
+#: its supplier's views.
+AnyCopy = StoreCopy | SuppliedStoreCopy
 
 DEFAULT_PAGE_SIZE = 100
 MAX_WINDOW_TIME = 2**63 - 1
@@ -128,7 +132,7 @@ class _Held:
     task: str
     source: str  # "active" | "standby"
     lag: int | None
-    copy: StoreCopy
+    copy: AnyCopy
 
     def describe(self, reader: CopyReader) -> dict[str, Any]:
         return {"task": self.task, "source": self.source, "lag": self.lag, **reader.state.as_dict()}
@@ -164,7 +168,7 @@ class QueryServer:
         self._assignment: Assignment | None = None
         # Task counts per subtopology of the assignment they were counted in.
         self._partition_counts: tuple[Assignment, dict[int, int]] | None = None
-        self._copies: dict[tuple[str, str], StoreCopy] = {}
+        self._copies: dict[tuple[str, str], AnyCopy] = {}
         self._copies_lock = threading.Lock()
         self._scratch = Path(tempfile.mkdtemp(prefix="statekeeper-query-"))
         self._changelog_lag = ChangelogLag(
@@ -268,6 +272,11 @@ class QueryServer:
             raise BadQueryError(
                 f"no store {store!r}; stores: {sorted(catalog)}", status=404, store=store
             )
+        if not entry.queryable and entry.spec.persistent:
+            raise BadQueryError(
+                f"store {store!r} is a custom {entry.spec.engine} store whose supplier has no "
+                "open_read_only(): it cannot be read outside its task (docs/custom-stores.md)"
+            )
         if not entry.queryable:
             raise BadQueryError(
                 f"store {store!r} is an in-memory store ({entry.spec.kind}): its entries live "
@@ -275,7 +284,7 @@ class QueryServer:
             )
         return entry
 
-    def _copy(self, task: str, entry: StoreEntry, wait: bool = True) -> StoreCopy | None:
+    def _copy(self, task: str, entry: StoreEntry, wait: bool = True) -> AnyCopy | None:
         key = (task, entry.spec.name)
         with self._copies_lock:
             copy = self._copies.get(key)
@@ -283,13 +292,17 @@ class QueryServer:
                 spec = entry.spec
                 window = (spec.retention_ms, spec.window_size_ms) if spec.kind == "window" else None
                 path = TaskDirectory(self.state_dir, self.settings.application_id, task)
-                copy = StoreCopy(
-                    spec.name,
-                    path.store_path(spec.name),
-                    self._scratch / task,
-                    window,  # type: ignore[arg-type]
-                    max_staleness_s=self.settings.query_max_staleness_ms / 1000,
-                )
+                staleness_s = self.settings.query_max_staleness_ms / 1000
+                if spec.supplier is not None:  # a custom engine: its supplier's views
+                    copy = SuppliedStoreCopy(spec, path.store_path(spec.name), staleness_s)
+                else:
+                    copy = StoreCopy(
+                        spec.name,
+                        path.store_path(spec.name),
+                        self._scratch / task,
+                        window,  # type: ignore[arg-type]
+                        max_staleness_s=staleness_s,
+                    )
                 self._copies[key] = copy
         try:
             copy.refresh(wait)

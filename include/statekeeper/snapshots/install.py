@@ -20,6 +20,7 @@ afterwards replays only the changelog tail after the snapshot's marker.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import time
@@ -33,9 +34,17 @@ from statekeeper.changelog.records import changelog_topic
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.snapshots.catalog import UnreadableManifest, read_catalog
 from statekeeper.snapshots.manifest import Manifest, SnapshotError
-from statekeeper.snapshots.staging import LAYOUT_ROCKSDB
+from statekeeper.snapshots.staging import (
+    KV_DUMP_FILE,
+    KV_DUMP_METADATA_FILE,
+    LAYOUT_KV_DUMP,
+    LAYOUT_ROCKSDB,
+    read_kv_dump,
+)
 from statekeeper.snapshots.storage import SnapshotStorage
 from statekeeper.state.directory import TaskDirectory
+from statekeeper.stores.base import StoreMetadata
+from statekeeper.stores.builders import StoreSpec
 
 LATEST = "latest"
 NONE = "none"
@@ -135,10 +144,16 @@ def _download(
             )
 
 
-def _check_belongs(manifest: Manifest, app: str, partition: int) -> None:
+def _check_belongs(manifest: Manifest, app: str, partition: int, spec: StoreSpec | None) -> None:
     if manifest.app != app:
         raise RestoreError(f"snapshot {manifest.snapshot_id} belongs to app {manifest.app!r}")
-    if manifest.layout != LAYOUT_ROCKSDB:
+    custom = spec is not None and spec.supplier is not None
+    if custom and manifest.layout != LAYOUT_KV_DUMP:
+        raise _Rejected(
+            f"layout {manifest.layout!r} is not a kv-dump, the layout of custom store "
+            f"{manifest.store!r}'s snapshots"
+        )
+    if not custom and manifest.layout != LAYOUT_ROCKSDB:
         raise _Rejected(f"layout {manifest.layout!r} is not a RocksDB checkpoint")
     expected = changelog_topic(app, manifest.store)
     if manifest.changelog_topic not in (None, expected):
@@ -157,8 +172,13 @@ def install_store(
     store: str,
     from_snapshot: str = LATEST,
     progress: Progress | None = None,
+    *,
+    spec: StoreSpec | None = None,
 ) -> StoreRestore:
     """Put the best verified snapshot of ``store`` into place (or wipe it for a full replay).
+
+    ``spec``: the store's spec; a custom store's (``spec.supplier``) snapshots are kv-dumps,
+    built into a fresh store of its supplier here (:func:`_build_from_dump`).
 
     The task must be locked by the caller or stopped; the tail is replayed when the task is
     opened next (:func:`restore_task`)."""
@@ -187,8 +207,11 @@ def install_store(
             continue
         temp = path.parent / f".restore-{store}-{uuid.uuid4().hex}"
         try:
-            _check_belongs(manifest, settings.application_id, partition)
+            _check_belongs(manifest, settings.application_id, partition, spec)
             _download(storage, manifest, temp, report, progress)  # type: ignore[arg-type]
+            if manifest.layout == LAYOUT_KV_DUMP:
+                assert spec is not None and spec.supplier is not None
+                temp = _build_from_dump(spec, temp)
         except _Rejected as exc:
             report.fallbacks.append({"snapshot_id": manifest.snapshot_id, "reason": str(exc)})
             shutil.rmtree(temp, ignore_errors=True)
@@ -208,6 +231,45 @@ def install_store(
         shutil.rmtree(path, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
+
+
+#: Entries per restore_batch when a kv-dump is built into a custom store.
+_DUMP_BATCH = 10_000
+
+
+def _build_from_dump(spec: StoreSpec, dump: Path) -> Path:
+    """A store of ``spec``'s supplier built beside ``dump`` from its entries and metadata
+    (one ``restore_batch`` per :data:`_DUMP_BATCH` entries, the metadata with the last);
+    ``dump`` is removed. Raises :class:`_Rejected` when the dump cannot be read."""
+    assert spec.supplier is not None
+    built = dump.with_name(dump.name + "-built")
+    try:
+        try:
+            raw = json.loads((dump / KV_DUMP_METADATA_FILE).read_text())
+            raw["source_offsets"] = {str(k): int(v) for k, v in raw["source_offsets"].items()}
+            metadata = StoreMetadata(**raw)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise _Rejected(f"its {KV_DUMP_METADATA_FILE} is unreadable: {exc}") from exc
+        store = spec.supplier.get(spec.name, built)
+        try:
+            batch: list[tuple[bytes, bytes | None]] = []
+            try:
+                for entry in read_kv_dump(dump / KV_DUMP_FILE):
+                    batch.append(entry)
+                    if len(batch) >= _DUMP_BATCH:
+                        store.restore_batch(batch, None)
+                        batch = []
+            except SnapshotError as exc:
+                raise _Rejected(str(exc)) from exc
+            store.restore_batch(batch, metadata)
+        finally:
+            store.close()
+    except BaseException:
+        shutil.rmtree(built, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+    return built
 
 
 def installer_for(
@@ -234,7 +296,7 @@ def installer_for(
         try:
             opened = storage if isinstance(storage, SnapshotStorage) else storage()
             return install_store(
-                settings, opened, task_id, partition, spec.name, LATEST, progress=progress
+                settings, opened, task_id, partition, spec.name, LATEST, progress, spec=spec
             )
         except Exception as exc:
             if not replay_on_storage_error:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import struct
 import time
 from collections.abc import Iterable, Iterator
@@ -31,6 +32,7 @@ from statekeeper.stores.rocksdb import META_CF, RocksDBKeyValueStore
 
 KV_DUMP_MAGIC = b"SKKVDUMP1\n"
 KV_DUMP_FILE = "data.kvdump"
+KV_DUMP_METADATA_FILE = "metadata.json"
 LAYOUT_ROCKSDB = "rocksdb-checkpoint"
 LAYOUT_KV_DUMP = "kv-dump"
 _LEN = struct.Struct(">I")
@@ -97,6 +99,11 @@ def stage_store(store: Any, directory: Path, *, describe: bool = True) -> Staged
     else:
         directory.mkdir()
         key_count = write_kv_dump(directory / KV_DUMP_FILE, inner.range(None, None))
+        # The whole commit metadata (epoch and verified offset too, which the manifest does
+        # not carry): an install into a custom store's supplier writes it with the data.
+        (directory / KV_DUMP_METADATA_FILE).write_text(
+            json.dumps(dataclasses.asdict(metadata), sort_keys=True)
+        )
         pause = time.perf_counter() - started
         layout = LAYOUT_KV_DUMP
     files = _describe(directory) if describe else []

@@ -2,7 +2,7 @@
 
 A :class:`StoreSpec` is a plain, picklable description (it travels to Spark executors);
 :func:`build_store` turns it into the layer stack metered → caching → change-logging → inner
-(a RocksDB inner store under a read cache).
+(a RocksDB inner store under a read cache, or a user's store from its supplier).
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ from statekeeper.stores.memory import InMemoryKeyValueStore
 from statekeeper.stores.read_cache import ReadCachingKeyValueStore
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 from statekeeper.stores.serdes import Serde, serde_for
+from statekeeper.stores.supplier import StoreSupplier
+from statekeeper.stores.supplier_contract import check_supplier
 from statekeeper.stores.time_windows import validate_retention
 from statekeeper.stores.typed import KeyValueStore, WindowStore
 from statekeeper.stores.window_bytes import WindowBytesStore
 
-StoreKind = Literal["rocksdb", "memory", "lru", "window"]
+StoreKind = Literal["rocksdb", "memory", "lru", "window", "custom"]
 # Kafka Streams keeps window changelogs one day longer than the store, so a restore after
 # a long outage still finds every live window.
 WINDOW_CHANGELOG_EXTRA_RETENTION_MS = 24 * 60 * 60 * 1000
@@ -58,6 +60,8 @@ class StoreSpec:
     read_cache_max_bytes: int = DEFAULT_READ_CACHE_BYTES  # RocksDB key-value stores only
     capacity: int | None = None  # LRU only
     persistent_windows: bool = True  # window only: RocksDB or in-memory segments
+    #: A user's engine ("custom" key-value stores; window stores: their segments).
+    supplier: StoreSupplier | None = None
     window_size_ms: int | None = None
     grace_ms: int = 0
     retention_ms: int | None = None
@@ -65,6 +69,17 @@ class StoreSpec:
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise InvalidStoreConfigError(f"invalid store name {self.name!r}")
+        if self.kind == "custom" and self.supplier is None:
+            raise InvalidStoreConfigError(
+                f"custom store {self.name!r} needs a supplier (Stores.custom(name, supplier))"
+            )
+        if self.supplier is not None:
+            if self.kind not in ("custom", "window"):
+                raise InvalidStoreConfigError(
+                    f"store {self.name!r}: a supplier makes custom and window stores, not "
+                    f"{self.kind!r} ones"
+                )
+            check_supplier(self.supplier, self.name)
         if self.kind == "lru" and (self.capacity is None or self.capacity < 1):
             raise InvalidStoreConfigError(f"LRU store {self.name!r} needs capacity >= 1")
         if self.caching_max_bytes < 0:
@@ -92,7 +107,19 @@ class StoreSpec:
 
     @property
     def persistent(self) -> bool:
+        """Whether the store's state lives in files under its directory across restarts."""
+        if self.supplier is not None:
+            return self.supplier.persistent
         return self.kind == "rocksdb" or (self.kind == "window" and self.persistent_windows)
+
+    @property
+    def engine(self) -> str:
+        """What holds the data: "rocksdb", "memory", "lru" or the supplier's engine."""
+        if self.supplier is not None:
+            return self.supplier.engine
+        if self.kind == "window":
+            return "rocksdb" if self.persistent_windows else "memory"
+        return self.kind
 
     def with_serdes(self, key: str | Serde[Any], value: str | Serde[Any]) -> StoreSpec:
         return dataclasses.replace(self, key_serde=key, value_serde=value)
@@ -152,6 +179,12 @@ class Stores:
         return StoreSpec(name=name, kind="lru", capacity=capacity)
 
     @staticmethod
+    def custom(name: str, supplier: StoreSupplier) -> StoreSpec:
+        """A key-value store of a user's engine (docs/custom-stores.md); the supplier is
+        probed against the store contract here."""
+        return StoreSpec(name=name, kind="custom", supplier=supplier)
+
+    @staticmethod
     def window(
         name: str,
         *,
@@ -159,14 +192,18 @@ class Stores:
         retention_ms: int,
         grace_ms: int = 0,
         persistent: bool = True,
+        supplier: StoreSupplier | None = None,
     ) -> StoreSpec:
+        """A window store; ``supplier``: its segments in a user's engine (``persistent``
+        then comes from the supplier)."""
         return StoreSpec(
             name=name,
             kind="window",
             window_size_ms=size_ms,
             grace_ms=grace_ms,
             retention_ms=retention_ms,
-            persistent_windows=persistent,
+            persistent_windows=persistent if supplier is None else supplier.persistent,
+            supplier=supplier,
         )
 
 
@@ -178,11 +215,13 @@ def build_store(spec: StoreSpec, store_dir: Path, sink: ChangelogSink | None) ->
     key_serde, value_serde = serde_for(spec.key_serde), serde_for(spec.value_serde)
     if spec.kind == "window":
         assert spec.window_size_ms is not None and spec.retention_ms is not None
-        segments = (
-            RocksDBKeyValueStore(spec.name, store_dir)
-            if spec.persistent_windows
-            else InMemoryKeyValueStore(spec.name)
-        )
+        segments: Any
+        if spec.supplier is not None:
+            segments = spec.supplier.get(spec.name, store_dir)
+        elif spec.persistent_windows:
+            segments = RocksDBKeyValueStore(spec.name, store_dir)
+        else:
+            segments = InMemoryKeyValueStore(spec.name)
         window: Any = WindowBytesStore(
             spec.name, segments, retention_ms=spec.retention_ms, window_size_ms=spec.window_size_ms
         )
@@ -200,6 +239,9 @@ def build_store(spec: StoreSpec, store_dir: Path, sink: ChangelogSink | None) ->
     elif spec.kind == "lru":
         assert spec.capacity is not None
         inner = LRUKeyValueStore(spec.name, spec.capacity)
+    elif spec.kind == "custom":
+        assert spec.supplier is not None
+        inner = spec.supplier.get(spec.name, store_dir)
     else:  # pragma: no cover - Literal guards this
         raise InvalidStoreConfigError(f"unknown store kind {spec.kind!r}")
     if spec.logging_enabled and sink is not None:

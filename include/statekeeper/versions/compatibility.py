@@ -248,7 +248,11 @@ def _changed(
 def _contents(before: StoreFingerprint, after: StoreFingerprint) -> Differences:
     """How the stored bytes are laid out: the kind and the serdes."""
     migrations = []
-    if (before.kind, before.persistent) != (after.kind, after.persistent):
+    if (before.kind, before.persistent, before.engine) != (
+        after.kind,
+        after.persistent,
+        after.engine,
+    ):
         migrations.append(f"kind {_kind(before)} -> {_kind(after)}")
     if before.key_serde != after.key_serde:
         migrations.append(f"key serde {before.key_serde} -> {after.key_serde}")
@@ -258,6 +262,8 @@ def _contents(before: StoreFingerprint, after: StoreFingerprint) -> Differences:
 
 
 def _kind(store: StoreFingerprint) -> str:
+    if store.engine is not None:  # a custom engine (docs/custom-stores.md)
+        return f"{store.kind} ({store.engine})"
     if store.kind == "window" and not store.persistent:
         return "window (in-memory)"
     return store.kind

@@ -49,7 +49,7 @@ class StoreFingerprint:
     store (``sk-task-state-<id>``: stream time, punctuation times, dedupe positions)."""
 
     name: str
-    kind: str  # rocksdb | memory | lru | window
+    kind: str  # rocksdb | memory | lru | window | custom
     key_serde: str
     value_serde: str
     logging: bool
@@ -62,6 +62,8 @@ class StoreFingerprint:
     caching_max_bytes: int = 0
     read_cache_max_bytes: int = 0
     topic_configs: dict[str, str] = field(default_factory=dict)
+    #: A custom store's engine and supplier (``StoreSupplier.describe()``); None: built in.
+    engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,9 @@ class TopologyFingerprint:
         with the topics, not with the app's code)."""
         body = self.to_dict()
         del body["source_partitions"], body["format_version"]
+        for store in body["stores"]:  # built-in stores hash as before custom engines existed
+            if store["engine"] is None:
+                del store["engine"]
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -196,6 +201,7 @@ def _store(spec: StoreSpec, subtopology: int, application_id: str) -> StoreFinge
         caching_max_bytes=spec.caching_max_bytes,
         read_cache_max_bytes=spec.read_cache_max_bytes if spec.kind == "rocksdb" else 0,
         topic_configs=dict(sorted(spec.topic_configs.items())),
+        engine=spec.supplier.describe() if spec.supplier is not None else None,
     )
 
 

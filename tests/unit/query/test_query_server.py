@@ -30,6 +30,7 @@ from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
 from statekeeper.state.task_id import TaskId
 from statekeeper.stores.base import StoreMetadata
+from spark_apps.word_count_sqlite.sqlite_store import SQLiteStoreSupplier
 from statekeeper.stores.builders import Stores, StoreSpec, build_store
 
 APP = "iq"
@@ -38,7 +39,13 @@ CLICKS = Stores.window("clicks", size_ms=1_000, retention_ms=600_000).with_serde
 BY_ID = Stores.persistent("by-id").with_serdes("int", "json")
 RAW = Stores.persistent("raw").with_serdes("bytes", "bytes")
 MEMORY = Stores.in_memory("mem").with_serdes("str", "int")
-SPECS = [COUNTS, CLICKS, BY_ID, RAW, MEMORY]
+# The same stores in a custom engine (docs/custom-stores.md): read through the supplier's views.
+SQL_COUNTS = Stores.custom("sql-counts", SQLiteStoreSupplier()).with_serdes("str", "int")
+SQL_CLICKS = Stores.window(
+    "sql-clicks", size_ms=1_000, retention_ms=600_000, supplier=SQLiteStoreSupplier()
+).with_serdes("str", "int")
+WRITTEN = [COUNTS, CLICKS, BY_ID, RAW, SQL_COUNTS, SQL_CLICKS]
+SPECS = [*WRITTEN, MEMORY]
 TOPOLOGY = Topology(
     {}, {s.name: s for s in SPECS}, {}, [Subtopology(0, [], [], [], [s.name for s in SPECS])]
 )
@@ -56,7 +63,7 @@ def write_task(state_dir: Path, task: str, batch: int, value_offset: int = 0) ->
     """Commit every store of ``task`` (the keys of its partition) as ``batch``."""
     partition = TaskId.parse(task).partition
     meta = StoreMetadata(100 + batch, batch, {"in:0": batch})
-    for spec in (COUNTS, CLICKS, BY_ID, RAW):
+    for spec in WRITTEN:
         store = build_store(spec, TaskDirectory(state_dir, APP, task).store_path(spec.name), None)
         try:
             for i, user in enumerate(USERS):
@@ -68,7 +75,7 @@ def write_task(state_dir: Path, task: str, batch: int, value_offset: int = 0) ->
                     if partition_of(raw) == partition:
                         store.put(raw, b"v" + raw)
                 elif partition_of(user.encode()) == partition:
-                    if spec is CLICKS:
+                    if spec in (CLICKS, SQL_CLICKS):
                         for start in (0, 1_000, 2_000, 3_000):
                             store.put(user, i + start + value_offset, start)
                     else:
@@ -369,6 +376,8 @@ def test_metadata_names_partition_task_and_hosts(shared: Cluster) -> None:
         "counts": True,
         "mem": False,
         "raw": True,
+        "sql-clicks": True,
+        "sql-counts": True,
     }
     one = {s["name"]: s for s in shared.client("1").request("/stores").body["stores"]}
     assert one["counts"]["tasks_here"] == [
@@ -618,3 +627,37 @@ def test_queries_during_commits_in_another_process_never_see_half_a_batch(
     assert all(len(s) > 10 for s in seen), [len(s) for s in seen]  # they followed the writer
     assert committed > 100, committed  # ~4 s at ~5 ms per batch: the writer was not held up
     assert max(slowest) < 1.0, slowest
+
+
+def test_custom_stores_answer_from_active_and_standby_copies_and_follow_commits(
+    cluster: Cluster,
+) -> None:
+    """A custom engine's stores (SQLite, spark_apps/word_count_sqlite) answer like RocksDB's:
+    through the supplier's read-only views, from the active and from a standby, each answer
+    with its commit, and a new commit is followed (a new view)."""
+    client = cluster.client("1")
+    user, standby_user = users_of("0_0")[2], users_of("0_1")[1]
+    body = client.get("sql-counts", user)
+    assert (body["source"], body["batch_id"], body["changelog_offset"]) == ("active", 5, 105)
+    assert body["value"] == USERS.index(user) and body["source_offsets"] == {"in:0": 5}
+    standby = client.get("sql-counts", standby_user)  # executor 1 keeps 0_1's standby
+    assert (standby["source"], standby["lag"], standby["batch_id"]) == ("standby", 7, 4)
+    assert standby["value"] == USERS.index(standby_user) - 1000
+    listed = {s["name"]: s for s in client.request("/stores").body["stores"]}
+    assert listed["sql-counts"]["engine"] == "sqlite" and listed["sql-counts"]["queryable"]
+
+    window = client.window("sql-clicks", user, from_ms=1_000, to_ms=2_500)
+    i = USERS.index(user)
+    assert [(w["start_ms"], w["value"]) for w in window["windows"]] == [
+        (1_000, i + 1_000),
+        (2_000, i + 2_000),
+    ]
+    entries = client.scan("sql-counts", "range", page_size=7)
+    assert [e["key"] for e in entries] == sorted(USERS)  # active 0_0 and standby 0_1
+    prefixed = client.scan("sql-counts", "prefix", prefix="user-1", page_size=PAGE_LIMIT)
+    assert [e["key"] for e in prefixed] == [f"user-{i:03d}" for i in range(100, 200)]
+
+    write_task(cluster.state_dirs["1"], "0_0", 6, value_offset=6)
+    body = client.get("sql-counts", user)
+    assert body["batch_id"] == 6 and body["value"] == USERS.index(user) + 6
+    assert cluster.servers["1"].report()["view_reopens"] >= 2

@@ -42,6 +42,7 @@ from statekeeper.ops.drill.sandbox import RestoredStore, RestoredTask
 from statekeeper.ops.live_task import (
     LiveStore,
     LiveStoreUnreadableError,
+    has_local_copy,
     lock_holder,
     read_live_task,
     verify_live_commit,
@@ -94,7 +95,7 @@ def check_consistency(
         for s in task.specs
         if s.persistent
         and s.logging_enabled
-        and not (directory.store_path(s.name) / "CURRENT").is_file()
+        and not has_local_copy(s, directory.store_path(s.name))
     ]
     if missing:
         mode = f"live copy incomplete (no local {', '.join(missing)}): nothing to compare"

@@ -178,7 +178,7 @@ def live_values(
 
 
 def _read_live(path: Path, spec: StoreSpec, keys: list[bytes]) -> Values:
-    db = open_read_only(path)
+    db = open_read_only(path, spec)
     try:
         if spec.kind != "window":
             return {k: db.get(k) for k in keys}

@@ -108,7 +108,7 @@ def drill_tasks(settings: StatekeeperSettings, topology: Any) -> list[tuple[str,
 def _snapshot_entries(spec: StoreSpec, path: Path) -> tuple[Contents, int]:
     """A freshly installed checkpoint's entries (changelog keys) and its raw key count (what
     a manifest's ``key_count`` counts)."""
-    db = open_read_only(path)
+    db = open_read_only(path, spec)
     entries: Contents = {}
     raw_keys = 0
     try:
@@ -152,6 +152,7 @@ class _Installer:
                 self.partition,
                 spec.name,
                 self.from_snapshot,
+                spec=spec,
             )
         else:
             report = self.latest(spec, path)

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from statekeeper.ops.live_task import ReadOnlyStore, read_only_store
+from statekeeper.errors import StoreCorruptError
+from statekeeper.ops.live_task import open_store_view, read_only_store
 from statekeeper.processing.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
 from statekeeper.state.task_id import TaskId
 from statekeeper.stores.builders import StoreSpec
+from statekeeper.stores.read_only_view import ReadOnlyStoreView
 
 
 @dataclass(frozen=True)
@@ -20,8 +22,10 @@ class LocalStore:
 
     ``approx_entries`` is RocksDB's ``estimate-num-keys``: it counts overwrites and deletes
     not yet compacted away, so it can exceed the real key count (for window stores it also
-    counts one bookkeeping entry). None when the store has no local files (in-memory and
-    LRU stores live only in the running app; a task never run here has none).
+    counts one bookkeeping entry); a custom store's is what its engine reports. None when
+    the store has no local files (in-memory and LRU stores live only in the running app; a
+    task never run here has none) or a custom engine cannot be read from outside.
+    ``engine``: "rocksdb", or a custom store's engine (docs/custom-stores.md).
     """
 
     store: str
@@ -31,6 +35,7 @@ class LocalStore:
     on_disk: bool
     approx_entries: int | None
     bytes_on_disk: int
+    engine: str = "rocksdb"
 
 
 def store_specs(topology: Any) -> dict[str, tuple[int, StoreSpec]]:
@@ -57,8 +62,9 @@ def list_local_stores(settings: StatekeeperSettings, topology: Any) -> list[Loca
                     task=task,
                     path=str(path),
                     on_disk=on_disk,
-                    approx_entries=_estimate_keys(path) if on_disk else None,
+                    approx_entries=_estimate_keys(path, spec) if on_disk else None,
                     bytes_on_disk=_size(path) if on_disk else 0,
+                    engine=spec.engine,
                 )
             )
     return found
@@ -74,18 +80,24 @@ def _task_dirs(app_dir: Path, subtopology: int) -> list[str]:
     return [task_id(subtopology, p) for p in sorted(partitions)]
 
 
-def open_read_only(path: Path) -> ReadOnlyStore:
-    """A read-only view of the RocksDB store at ``path`` (``get``, ``items``, ``close``): it
-    takes no lock and writes nothing into ``path``, so it serves live task stores, sandboxes
-    and installed snapshots alike (:class:`statekeeper.ops.live_task.ReadOnlyStore`: a
-    private read-only shadow of the files). Raises
-    :class:`~statekeeper.errors.StoreCorruptError` when the store cannot be read."""
-    return ReadOnlyStore(path)
+def open_read_only(path: Path, spec: StoreSpec | None = None) -> ReadOnlyStoreView:
+    """A read-only view of the store at ``path`` (``get``, ``items``, ``close``): it takes
+    no lock and writes nothing into ``path``, so it serves live task stores, sandboxes and
+    installed snapshots alike (:func:`statekeeper.ops.live_task.open_store_view`: RocksDB
+    through a private shadow of its files, a custom store (``spec``) through its
+    supplier). Raises :class:`~statekeeper.errors.StoreCorruptError` when the store cannot
+    be read."""
+    return open_store_view(path, spec)
 
 
-def _estimate_keys(path: Path) -> int:
-    with read_only_store(path) as store:
-        return store.approximate_num_entries()
+def _estimate_keys(path: Path, spec: StoreSpec) -> int | None:
+    try:
+        with read_only_store(path, spec.name, spec) as store:
+            return store.approximate_num_entries()
+    except StoreCorruptError:
+        if spec.supplier is None:
+            raise
+        return None  # a custom engine without a read-only view, or a copy that would not settle
 
 
 def _size(path: Path) -> int:

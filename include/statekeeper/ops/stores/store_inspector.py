@@ -11,6 +11,7 @@ from statekeeper.errors import ConfigError
 from statekeeper.ops.live_task import read_only_store
 from statekeeper.ops.stores.local_stores import list_local_stores, store_specs
 from statekeeper.settings import StatekeeperSettings
+from statekeeper.stores.builders import StoreSpec
 from statekeeper.stores.serdes import serde_for
 from statekeeper.stores.window_bytes import WindowBytesStore
 
@@ -61,7 +62,7 @@ def inspect_store(
     for copy in list_local_stores(settings, topology):
         if copy.store != store or not copy.on_disk:
             continue
-        for raw_key, raw_value, start in _raw_entries(Path(copy.path), window):
+        for raw_key, raw_value, start in _raw_entries(Path(copy.path), window, spec):
             if wanted is not None and (
                 raw_key != wanted if key is not None else not raw_key.startswith(wanted)
             ):
@@ -99,8 +100,10 @@ def _as_int(text: str) -> int | None:
         return None
 
 
-def _raw_entries(path: Path, window: bool) -> Iterator[tuple[bytes, bytes, int | None]]:
-    with read_only_store(path) as store:
+def _raw_entries(
+    path: Path, window: bool, spec: StoreSpec
+) -> Iterator[tuple[bytes, bytes, int | None]]:
+    with read_only_store(path, spec.name, spec) as store:
         for raw_key, raw_value in store.items():
             if not window:
                 yield raw_key, raw_value, None

@@ -1,6 +1,8 @@
 """Materialized: how a DSL table's store is named and built (like Kafka Streams').
 
-``Materialized.as_("counts").with_store_type("lru", capacity=10_000).with_caching_enabled()``.
+``Materialized.as_("counts").with_store_type("lru", capacity=10_000).with_caching_enabled()``;
+``Materialized.as_("counts", SQLiteStoreSupplier())`` keeps the table in a user's engine
+(docs/custom-stores.md).
 Unset fields fall back to what the DSL knows (serdes of the stream, a generated name).
 """
 
@@ -13,6 +15,7 @@ from typing import Literal
 from statekeeper.processing.errors import TopologyError
 from statekeeper.processing.nodes import SerdeRef
 from statekeeper.stores.builders import DEFAULT_READ_CACHE_BYTES, StoreSpec
+from statekeeper.stores.supplier import StoreSupplier
 from statekeeper.stores.time_windows import TimeWindows
 
 StoreType = Literal["rocksdb", "in_memory", "lru"]
@@ -33,10 +36,23 @@ class Materialized:
     logging_enabled: bool = True
     topic_configs: dict[str, str] = field(default_factory=dict)
     retention_ms: int | None = None
+    supplier: StoreSupplier | None = None
 
     @classmethod
-    def as_(cls, name: str) -> Materialized:
-        return cls(name=name)
+    def as_(cls, name: str | StoreSupplier, supplier: StoreSupplier | None = None) -> Materialized:
+        """A named store (``as_("counts")``), optionally of a user's engine
+        (``as_("counts", supplier)``, or ``as_(supplier)`` with a generated name)."""
+        if isinstance(name, StoreSupplier):
+            if supplier is not None:
+                raise TopologyError("Materialized.as_() takes one supplier")
+            return cls(supplier=name)
+        return cls(name=name, supplier=supplier)
+
+    def with_supplier(self, supplier: StoreSupplier) -> Materialized:
+        """Keep the store in ``supplier``'s engine (docs/custom-stores.md)."""
+        if not isinstance(supplier, StoreSupplier):
+            raise TopologyError(f"with_supplier() takes a StoreSupplier, got {supplier!r}")
+        return dataclasses.replace(self, supplier=supplier)
 
     @classmethod
     def with_(cls, key_serde: SerdeRef | None, value_serde: SerdeRef | None) -> Materialized:
@@ -86,9 +102,15 @@ class Materialized:
         """The key-value store spec, with ``name`` and serdes as fallbacks."""
         if self.retention_ms is not None:
             raise TopologyError(f"store {name!r}: retention applies to windowed stores only")
+        if self.supplier is not None and self.store_type != "rocksdb":
+            raise TopologyError(
+                f"store {self.name or name!r}: a supplier's store has no store type "
+                f"({self.store_type!r}); drop with_store_type() or the supplier"
+            )
         return StoreSpec(
             name=self.name or name,
-            kind=_KINDS[self.store_type],  # type: ignore[arg-type]
+            kind="custom" if self.supplier is not None else _KINDS[self.store_type],  # type: ignore[arg-type]
+            supplier=self.supplier,
             key_serde=self.key_serde or key_serde,
             value_serde=self.value_serde or value_serde,
             logging_enabled=self.logging_enabled,
@@ -112,7 +134,10 @@ class Materialized:
             logging_enabled=self.logging_enabled,
             topic_configs=dict(self.topic_configs),
             caching_max_bytes=self.caching_max_bytes,
-            persistent_windows=self.store_type == "rocksdb",
+            persistent_windows=self.store_type == "rocksdb"
+            if self.supplier is None
+            else self.supplier.persistent,
+            supplier=self.supplier,
             window_size_ms=windows.size_ms,
             grace_ms=windows.grace_ms,
             retention_ms=self.retention_ms or windows.size_ms + windows.grace_ms,
