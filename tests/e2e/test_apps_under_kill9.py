@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import uuid
 from collections.abc import Callable
 
@@ -116,6 +117,53 @@ def test_word_count_is_exact_after_random_kill9s(broker, tmp_path) -> None:
         latest[record.key.decode()] = int(record.value)  # type: ignore[union-attr,arg-type]
     assert latest == expected.counts
     assert status["state"] == "NOT_RUNNING"
+
+
+def test_word_count_in_sqlite_is_exact_after_random_kill9s(broker, tmp_path) -> None:
+    """word_count with its counts in a custom store engine (SQLite, spark_apps/
+    word_count_sqlite): the same series, snapshots every second, and before the final run two
+    task directories deleted: one restored from its snapshot, one (its snapshots deleted too)
+    from the changelog alone."""
+    bootstrap = broker.bootstrap_servers
+    seed = _seed()
+    suffix = uuid.uuid4().hex[:6]
+    topic, out = f"lines-{suffix}", f"word-counts-{suffix}"
+    feed = _feeder(bootstrap, topic, list(word_count_lines(WORD_COUNT_LINES, seed=seed)))
+    app = AppUnderTest.create(
+        "word_count_sqlite",
+        bootstrap,
+        tmp_path,
+        suffix,
+        {"input_topic": topic, "output_topic": out},
+        max_records_per_batch=WORD_COUNT_BATCH,
+        commit_interval_ms=2_000,
+        snapshot_interval_s=1.0,
+    )
+    app.kill_at_random_moments(KILLS_PER_APP, random.Random(seed), before=feed)
+    manifests = tmp_path / "snapshots" / app.app_id / "manifests"
+    assert list((manifests / "1_2" / "word-counts").glob("*.json")), "1_2 was never snapshotted"
+    assert app.remove_task_dir("1_2") and app.remove_task_dir("1_3")
+    shutil.rmtree(manifests / "1_3")  # no snapshot left: the whole changelog
+    status = app.run_to_completion(KILLS_PER_APP)
+    print(f"word_count_sqlite kills: {json.dumps(app.kills)}")
+    restores = {
+        task: {r["store"]: r for r in status["tasks"][task]["restore"]}["word-counts"]
+        for task in ("1_2", "1_3")
+    }
+    assert restores["1_2"]["source"] == "snapshot", restores
+    assert restores["1_3"]["source"] == "full replay", restores
+
+    expected = wc_ref.recompute(read_topic(bootstrap, topic))
+    topology = app.spec.build_topology()
+    assert topology.store_specs(1)[0].engine == "sqlite"
+    counts = read_store(app.settings, topology, "word-counts", PARTITIONS)
+    assert counts == expected.counts, f"kills: {json.dumps(app.kills)}"
+    latest: dict[str, int] = {}
+    for record in deduped(bootstrap, out):
+        latest[record.key.decode()] = int(record.value)  # type: ignore[union-attr,arg-type]
+    assert latest == expected.counts
+    dlq = deduped(bootstrap, dlq_topic(app.app_id))
+    assert sorted(sources_of(dlq)) == sorted(expected.dlq)
 
 
 def test_patient_monitoring_is_exact_after_random_kill9s(broker, tmp_path) -> None:

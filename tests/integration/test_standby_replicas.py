@@ -7,12 +7,14 @@ from __future__ import annotations
 import functools
 import json
 import random
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from spark_apps.word_count_sqlite.sqlite_store import SQLiteStoreSupplier
 from statekeeper.changelog.records import changelog_topic
 from statekeeper.cluster.executor import ExecutorIdentity
 from statekeeper.kafka.adapter import consumer_config
@@ -37,6 +39,20 @@ SPECS = [
     Stores.in_memory("mem").with_serdes("str", "int"),
 ]
 TASK = "0_0"
+#: The same stores with "kv" in a custom engine (docs/custom-stores.md): standbys, their
+#: promotion and their snapshot installs go through the supplier like RocksDB's.
+CUSTOM_SPECS = [
+    Stores.custom("kv", SQLiteStoreSupplier()).with_serdes("str", "bytes"),
+    SPECS[1],
+]
+
+
+@pytest.fixture(params=["rocksdb", "sqlite"])
+def engine(request, monkeypatch) -> str:
+    """Runs a test once per engine of store "kv" (the helpers read ``SPECS`` when called)."""
+    if request.param == "sqlite":
+        monkeypatch.setattr(sys.modules[__name__], "SPECS", CUSTOM_SPECS)
+    return request.param
 
 
 def _settings(broker, state_dir: Path, app: str):
@@ -219,7 +235,7 @@ class _Topology:
 
 
 def test_promotion_opens_on_the_standby_copy_and_replays_only_the_tail(
-    broker, tmp_path, topic_name
+    broker, tmp_path, topic_name, engine
 ):
     env = _active_env(broker, tmp_path, topic_name)
     rng = random.Random(11)
@@ -249,7 +265,10 @@ def test_promotion_opens_on_the_standby_copy_and_replays_only_the_tail(
         assert doc["state"] == "running" and doc["lag"] == {"kv": 0} and doc["updated"]
         assert "0_1" not in replicas.report()  # active here, never a standby
         copy_dir = TaskDirectory(tmp_path / "b", topic_name, TASK).store_path("kv")
-        assert list(copy_dir.glob("*.sst"))  # the catch-up's memtable was written out
+        if engine == "rocksdb":
+            assert list(copy_dir.glob("*.sst"))  # the catch-up's memtable was written out
+        else:
+            assert (copy_dir / "store.sqlite3").is_file()
         assert json.loads(json.dumps(replicas.report()))[TASK]["lag"] == {"kv": 0}
         value, status = replicas.read(TASK, "kv", lambda kv: kv.get("k000001"))
         assert value == task.store("kv").get("k000001") and status["lag"] == {"kv": 0}
@@ -429,7 +448,7 @@ def test_a_catch_up_interrupted_by_a_release_request_leaves_a_marker_to_continue
 
 
 def test_a_new_standby_installs_the_newest_snapshot_and_replays_only_the_tail(
-    broker, tmp_path, topic_name
+    broker, tmp_path, topic_name, engine
 ):
     env = _active_env(broker, tmp_path, topic_name)
     storage = SnapshotStorage((tmp_path / "snaps").as_uri(), topic_name)

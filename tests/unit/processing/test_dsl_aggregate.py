@@ -201,3 +201,39 @@ def test_keys_the_store_cannot_serialize_are_dead_lettered(harness, vectorize):
     result = h.run(records("in", [("a", "x", 1), ("b", "x", 2)]))
     assert result.records_dlq == 2
     assert h.contents("c") == {}
+
+
+def test_count_and_windowed_count_in_a_custom_engine(harness, vectorize):
+    """``Materialized.as_(name, supplier)``: the DSL's tables in a user's engine (SQLite,
+    docs/custom-stores.md) hold what the built-in stores hold."""
+    from spark_apps.word_count_sqlite.sqlite_store import SQLiteStoreSupplier
+    from statekeeper.stores.time_windows import TimeWindows
+
+    supplier = SQLiteStoreSupplier(synchronous="OFF")
+    b = StreamsBuilder()
+    stream = b.stream("in", key_serde="str", value_serde="str")
+    stream.group_by_key().count(Materialized.as_("counts", supplier))
+    stream.group_by_key().windowed_by(TimeWindows.tumbling(10)).count(
+        Materialized.as_(supplier).with_retention(1_000)
+    )
+    topology = b.build()
+    specs = {s.name: s for sub in topology.subtopologies for s in topology.store_specs(sub.id)}
+    assert specs["counts"].kind == "custom" and specs["counts"].engine == "sqlite"
+    windowed = next(s for s in specs.values() if s.kind == "window")
+    assert windowed.supplier is supplier and windowed.persistent
+    h = harness(topology, vectorize=vectorize)
+    h.run(records("in", [("a", "x", 1), ("b", "x", 2), ("a", "x", 13)]))
+    assert h.contents("counts") == {"a": 2, "b": 1}
+    assert h.contents(windowed.name) == {("a", 0): 1, ("b", 0): 1, ("a", 10): 1}
+
+
+def test_a_supplier_with_a_store_type_is_refused():
+    from spark_apps.word_count_sqlite.sqlite_store import SQLiteStoreSupplier
+    from statekeeper.processing.errors import TopologyError
+
+    b = StreamsBuilder()
+    grouped = b.stream("in", key_serde="str", value_serde="str").group_by_key()
+    with pytest.raises(TopologyError, match="a supplier's store has no store type"):
+        grouped.count(
+            Materialized.as_("c", SQLiteStoreSupplier()).with_store_type("lru", capacity=5)
+        )

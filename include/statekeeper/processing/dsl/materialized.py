@@ -98,15 +98,18 @@ class Materialized:
 
     # -- building specs (used by the DSL) --------------------------------------------------
 
-    def key_value_spec(self, name: str, key_serde: SerdeRef, value_serde: SerdeRef) -> StoreSpec:
-        """The key-value store spec, with ``name`` and serdes as fallbacks."""
-        if self.retention_ms is not None:
-            raise TopologyError(f"store {name!r}: retention applies to windowed stores only")
+    def _check_supplier(self, name: str) -> None:
         if self.supplier is not None and self.store_type != "rocksdb":
             raise TopologyError(
                 f"store {self.name or name!r}: a supplier's store has no store type "
                 f"({self.store_type!r}); drop with_store_type() or the supplier"
             )
+
+    def key_value_spec(self, name: str, key_serde: SerdeRef, value_serde: SerdeRef) -> StoreSpec:
+        """The key-value store spec, with ``name`` and serdes as fallbacks."""
+        if self.retention_ms is not None:
+            raise TopologyError(f"store {name!r}: retention applies to windowed stores only")
+        self._check_supplier(name)
         return StoreSpec(
             name=self.name or name,
             kind="custom" if self.supplier is not None else _KINDS[self.store_type],  # type: ignore[arg-type]
@@ -126,6 +129,7 @@ class Materialized:
         """The window store spec; retention defaults to window size + grace."""
         if self.store_type == "lru":
             raise TopologyError(f"window store {self.name or name!r} cannot be an LRU store")
+        self._check_supplier(name)
         return StoreSpec(
             name=self.name or name,
             kind="window",
