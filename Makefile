@@ -23,7 +23,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: help venv install browser screenshot test test-unit test-chaos lint demo up down status bench-restore bench-snapshot-restore bench-throughput bench-failover bench-upgrade lock clean distclean
+.PHONY: help venv install browser screenshot test test-unit test-chaos lint demo up down status bench-restore bench-snapshot-restore bench-throughput bench-failover bench-upgrade bench-stores lock clean distclean
 
 help:
 	@echo "make venv|install  create .venv and install requirements-dev.lock (runtime + test/dev tools)"
@@ -61,6 +61,9 @@ help:
 	@echo "                   records vs raw consume (JSON, also under benchmarks/results/; ~12 min;"
 	@echo "                   a smaller one: ARGS='--keys 100000 --backfill-records 200000"
 	@echo "                   --cutover-keys 20000')"
+	@echo "make bench-stores  the example SQLite store engine beside RocksDB and the in-memory store:"
+	@echo "                   puts, gets, scans, restore, reopen, bytes on disk; 200k keys (JSON,"
+	@echo "                   ~1.5 min; ARGS='--stack' adds both through build_store's layers)"
 	@echo "make lock          recompile requirements.lock (runtime: the image) from requirements.in,"
 	@echo "                   then requirements-dev.lock (runtime + dev tools) from requirements-dev.in"
 	@echo "make clean         stop the embedded broker and the platform, remove caches and var/"
@@ -159,6 +162,9 @@ bench-failover: $(STAMP)
 
 bench-upgrade: $(STAMP)
 	@$(PY) benchmarks/upgrade_bench.py $(ARGS)
+
+bench-stores: $(STAMP)
+	@$(PY) benchmarks/store_engines.py $(ARGS)
 
 # The runtime lock first: requirements-dev.in constrains itself to it (-c requirements.lock).
 lock: | $(UV)

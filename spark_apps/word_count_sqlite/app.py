@@ -1,6 +1,7 @@
 """spark-submit entry point of word_count_sqlite (word_count, its counts in SQLite).
 
-spark-submit spark_apps/word_count_sqlite/app.py --spec spark_apps/word_count_sqlite/word_count_sqlite.yaml
+spark-submit spark_apps/word_count_sqlite/app.py \
+    --spec spark_apps/word_count_sqlite/word_count_sqlite.yaml
 """
 
 import sys

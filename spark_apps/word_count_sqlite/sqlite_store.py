@@ -21,6 +21,7 @@ Spark executors by value.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import shutil
@@ -217,10 +218,10 @@ class SQLiteReadOnlyView(ReadOnlyStoreView):
         self._scratch = Path(tempfile.mkdtemp(prefix="statekeeper-sqlite-view-"))
         try:
             self._counter = self._copy(live)
-            copy = self._scratch / DB_FILE
+            copied = self._scratch / DB_FILE
             # Opened read-write: a journal copied beside the db is rolled back here, in the
             # copy, exactly as the owner's next open would roll it back in the live store.
-            self._db = sqlite3.connect(copy, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(copied, isolation_level=None, check_same_thread=False)
             row = self._db.execute("SELECT v FROM meta WHERE k = ?", (_METADATA_KEY,)).fetchone()
             self._metadata = _decode_metadata(row, self.directory)
         except sqlite3.DatabaseError as exc:
@@ -260,7 +261,7 @@ class SQLiteReadOnlyView(ReadOnlyStoreView):
         return int(self._db.execute("SELECT count(*) FROM kv").fetchone()[0])
 
     def read_metadata(self) -> StoreMetadata:
-        return dataclasses.replace(self._metadata)
+        return copy.deepcopy(self._metadata)
 
     def is_current(self) -> bool:
         try:

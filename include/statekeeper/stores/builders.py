@@ -202,7 +202,9 @@ class Stores:
             window_size_ms=size_ms,
             grace_ms=grace_ms,
             retention_ms=retention_ms,
-            persistent_windows=persistent if supplier is None else supplier.persistent,
+            persistent_windows=persistent
+            if not isinstance(supplier, StoreSupplier)
+            else supplier.persistent,
             supplier=supplier,
         )
 

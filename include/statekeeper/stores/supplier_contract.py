@@ -100,56 +100,59 @@ class _Probe:
         directory = root / self.name
         store = self.open(directory)
         try:
-            self.metadata(store, StoreMetadata(), "get() on an empty directory")
-            self.call("put()", store.put_all, [*_ENTRIES, (b"gone", b"x"), (b"gone", None)])
-            self.contents(store, _ENTRIES, "put() before commit()")
-            self.call("commit()", store.commit, _COMMITTED)
-            self.metadata(store, _COMMITTED, "commit()")
-            self.contents(store, _ENTRIES, "commit()")
-            self.call("put()", store.put, b"staged", b"s")
-            self.call("put()", store.put, b"a", None)
-            self.call("discard()", store.discard)
-            if (
-                self.call("get()", store.get, b"staged") is not None
-                or self.call("get()", store.get, b"a") != b"1"
-            ):
-                raise self.fail(
-                    "discard()", "writes staged since the last commit() are still visible"
-                )
+            self.commit_and_discard(store)
+            if not self.supplier.persistent:  # nothing survives a close: wipe this one
+                self.wipe_and_restore(store)
+                return
             self.call("put()", store.put, b"staged", b"s")  # left uncommitted across the close
         finally:
             self.call("close()", store.close)
-        if self.supplier.persistent:
-            store = self.open(directory)
-            try:
-                self.metadata(store, _COMMITTED, "close() and get() again")
-                if self.call("get()", store.get, b"staged") is not None:
-                    raise self.fail(
-                        "commit()",
-                        "a write never committed survived close() and get(): writes must be "
-                        "staged until commit() makes them durable with the metadata",
-                    )
-                self.contents(store, _ENTRIES, "close() and get() again")
-                self.read_only(directory)
-            finally:
-                self.call("close()", store.close)
         store = self.open(directory)
         try:
-            self.call("wipe()", store.wipe)
-            self.metadata(store, StoreMetadata(), "wipe()")
-            self.contents(store, [], "wipe()")
-            restored = [(b"r1", b"v1"), (b"r2", b"v2")]
-            self.call(
-                "restore_batch()",
-                store.restore_batch,
-                [*restored, (b"r3", b"x"), (b"r3", None)],
-                _RESTORED,
-            )
-            self.call("finish_restore()", store.finish_restore)
-            self.metadata(store, _RESTORED, "restore_batch()")
-            self.contents(store, restored, "restore_batch()")
+            self.metadata(store, _COMMITTED, "close() and get() again")
+            if self.call("get()", store.get, b"staged") is not None:
+                raise self.fail(
+                    "commit()",
+                    "a write never committed survived close() and get(): writes must be "
+                    "staged until commit() makes them durable with the metadata",
+                )
+            self.contents(store, _ENTRIES, "close() and get() again")
+            self.read_only(directory)
+            self.wipe_and_restore(store)
         finally:
             self.call("close()", store.close)
+
+    def commit_and_discard(self, store: KeyValueBytesStore) -> None:
+        self.metadata(store, StoreMetadata(), "get() on an empty directory")
+        self.call("put()", store.put_all, [*_ENTRIES, (b"gone", b"x"), (b"gone", None)])
+        self.contents(store, _ENTRIES, "put() before commit()")
+        self.call("commit()", store.commit, _COMMITTED)
+        self.metadata(store, _COMMITTED, "commit()")
+        self.contents(store, _ENTRIES, "commit()")
+        self.call("put()", store.put, b"staged", b"s")
+        self.call("put()", store.put, b"a", None)
+        self.call("discard()", store.discard)
+        if (
+            self.call("get()", store.get, b"staged") is not None
+            or self.call("get()", store.get, b"a") != b"1"
+        ):
+            raise self.fail("discard()", "writes staged since the last commit() are still visible")
+
+    def wipe_and_restore(self, store: KeyValueBytesStore) -> None:
+        """``store`` holds the committed entries: wipe drops them, a restore brings others."""
+        self.call("wipe()", store.wipe)
+        self.metadata(store, StoreMetadata(), "wipe()")
+        self.contents(store, [], "wipe()")
+        restored = [(b"r1", b"v1"), (b"r2", b"v2")]
+        self.call(
+            "restore_batch()",
+            store.restore_batch,
+            [*restored, (b"r3", b"x"), (b"r3", None)],
+            _RESTORED,
+        )
+        self.call("finish_restore()", store.finish_restore)
+        self.metadata(store, _RESTORED, "restore_batch()")
+        self.contents(store, restored, "restore_batch()")
 
     def read_only(self, directory: Path) -> None:
         try:

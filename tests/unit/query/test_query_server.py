@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from spark_apps.word_count_sqlite.sqlite_store import SQLiteStoreSupplier
 from statekeeper.cluster.executor import ExecutorIdentity
 from statekeeper.kafka.partitioning import partition_for_key
 from statekeeper.placement.assignment import Assignment, ExecutorEndpoint, TaskPlacement
@@ -30,7 +31,6 @@ from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
 from statekeeper.state.task_id import TaskId
 from statekeeper.stores.base import StoreMetadata
-from spark_apps.word_count_sqlite.sqlite_store import SQLiteStoreSupplier
 from statekeeper.stores.builders import Stores, StoreSpec, build_store
 
 APP = "iq"

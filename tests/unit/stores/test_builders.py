@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 
+from spark_apps.word_count_sqlite.sqlite_store import SQLiteKeyValueStore
 from statekeeper.errors import InvalidStoreConfigError
 from statekeeper.stores.builders import (
     WINDOW_CHANGELOG_EXTRA_RETENTION_MS,
@@ -24,7 +25,15 @@ from statekeeper.stores.serdes import IntSerde, JsonSerde, SerdeError
 from statekeeper.stores.typed import KeyValueStore, WindowStore
 from statekeeper.stores.window_bytes import WindowBytesStore
 
+from .custom_suppliers import (
+    SQLiteStoreSupplier,
+    StagingMemoryStore,
+    StagingMemoryStoreSupplier,
+)
+
 DAY_MS = 24 * 60 * 60 * 1000
+SQLITE = SQLiteStoreSupplier()
+STAGING_MEMORY = StagingMemoryStoreSupplier()
 
 SPECS = [
     Stores.persistent("rocks"),
@@ -34,6 +43,8 @@ SPECS = [
     Stores.persistent("configured").with_logging_enabled({"min.insync.replicas": "2"}),
     Stores.window("win", size_ms=60_000, retention_ms=3_600_000, grace_ms=5_000),
     Stores.window("win-mem", size_ms=10, retention_ms=100, persistent=False),
+    Stores.custom("custom", SQLITE).with_serdes("str", "int").with_caching_enabled(4096),
+    Stores.window("win-custom", size_ms=10, retention_ms=100, supplier=SQLITE),
 ]
 
 
@@ -87,10 +98,32 @@ def test_defaults():
         (Stores.lru_map("s", 1), False),
         (Stores.window("s", size_ms=1, retention_ms=1), True),
         (Stores.window("s", size_ms=1, retention_ms=1, persistent=False), False),
+        (Stores.custom("s", SQLITE), True),
+        (Stores.custom("s", STAGING_MEMORY), False),
+        (Stores.window("s", size_ms=1, retention_ms=1, supplier=SQLITE), True),
+        # The supplier decides, whatever persistent= says.
+        (Stores.window("s", size_ms=1, retention_ms=1, supplier=STAGING_MEMORY), False),
+        (Stores.window("s", size_ms=1, retention_ms=1, persistent=False, supplier=SQLITE), True),
     ],
 )
 def test_persistent_property(spec, persistent):
     assert spec.persistent is persistent
+
+
+@pytest.mark.parametrize(
+    ("spec", "engine"),
+    [
+        (Stores.persistent("s"), "rocksdb"),
+        (Stores.in_memory("s"), "memory"),
+        (Stores.lru_map("s", 1), "lru"),
+        (Stores.window("s", size_ms=1, retention_ms=1), "rocksdb"),
+        (Stores.window("s", size_ms=1, retention_ms=1, persistent=False), "memory"),
+        (Stores.custom("s", SQLITE), "sqlite"),
+        (Stores.window("s", size_ms=1, retention_ms=1, supplier=STAGING_MEMORY), "staging-memory"),
+    ],
+)
+def test_engine_property(spec, engine):
+    assert spec.engine == engine
 
 
 def test_fluent_methods_return_new_specs_and_leave_the_original_alone():
@@ -144,7 +177,12 @@ def test_with_retention_only_applies_to_windows():
     window = Stores.window("w", size_ms=10, retention_ms=100)
     assert window.with_retention(500).retention_ms == 500
     assert window.retention_ms == 100
-    for spec in (Stores.persistent("s"), Stores.in_memory("m"), Stores.lru_map("l", 1)):
+    for spec in (
+        Stores.persistent("s"),
+        Stores.in_memory("m"),
+        Stores.lru_map("l", 1),
+        Stores.custom("c", SQLITE),
+    ):
         with pytest.raises(InvalidStoreConfigError, match="retention applies to window stores"):
             spec.with_retention(100)
 
@@ -168,7 +206,13 @@ def test_window_spec_needs_size_and_retention():
 
 
 @pytest.mark.parametrize(
-    "spec", [Stores.persistent("s"), Stores.in_memory("s"), Stores.lru_map("s", 2)]
+    "spec",
+    [
+        Stores.persistent("s"),
+        Stores.in_memory("s"),
+        Stores.lru_map("s", 2),
+        Stores.custom("s", SQLITE),
+    ],
 )
 def test_key_value_changelogs_are_compacted_with_a_day_of_compaction_lag(spec):
     assert spec.changelog_topic_configs() == {
@@ -266,6 +310,24 @@ def _sink(_key, _value) -> None:
             Stores.window("s", size_ms=1, retention_ms=1, persistent=False),
             None,
             [WindowBytesStore, InMemoryKeyValueStore],
+        ),
+        # A custom store gets the same layers, without the RocksDB read cache.
+        (Stores.custom("s", SQLITE), _sink, [ChangeLoggingKeyValueStore, SQLiteKeyValueStore]),
+        (Stores.custom("s", SQLITE), None, [SQLiteKeyValueStore]),
+        (
+            Stores.custom("s", STAGING_MEMORY).with_caching_enabled(100),
+            _sink,
+            [CachingKeyValueStore, ChangeLoggingKeyValueStore, StagingMemoryStore],
+        ),
+        (
+            Stores.window("s", size_ms=1, retention_ms=1, supplier=SQLITE),
+            _sink,
+            [ChangeLoggingWindowStore, WindowBytesStore, SQLiteKeyValueStore],
+        ),
+        (
+            Stores.window("s", size_ms=1, retention_ms=1, supplier=STAGING_MEMORY),
+            None,
+            [WindowBytesStore, StagingMemoryStore],
         ),
     ],
 )

@@ -9,6 +9,8 @@ from statekeeper.stores.builders import Stores, build_store
 from statekeeper.stores.caching import _ENTRY_OVERHEAD, CachingKeyValueStore
 from statekeeper.stores.memory import InMemoryKeyValueStore
 
+from .custom_suppliers import SQLiteStoreSupplier
+
 META = StoreMetadata(changelog_offset=1, batch_id=1, source_offsets={"in:0": 1})
 
 
@@ -17,12 +19,17 @@ def sink():
     return []
 
 
-@pytest.fixture
-def build(tmp_path, sink):
+SQLITE = SQLiteStoreSupplier()
+#: Persistent engines the cache is stacked on (custom: the SQLite example's supplier).
+ENGINES = {"rocksdb": Stores.persistent, "sqlite": lambda name: Stores.custom(name, SQLITE)}
+
+
+@pytest.fixture(params=list(ENGINES))
+def build(request, tmp_path, sink):
     built = []
 
     def _build(max_bytes: int = 1_000_000, name: str = "s"):
-        spec = Stores.persistent(name).with_caching_enabled(max_bytes)
+        spec = ENGINES[request.param](name).with_caching_enabled(max_bytes)
         store = build_store(spec, tmp_path / name, lambda k, v: sink.append((k, v)))
         built.append(store)
         return store

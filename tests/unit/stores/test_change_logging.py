@@ -13,7 +13,16 @@ from statekeeper.stores.lru import LRUKeyValueStore
 from statekeeper.stores.memory import InMemoryKeyValueStore
 from statekeeper.stores.window_bytes import changelog_window_key
 
+from .custom_suppliers import SQLiteStoreSupplier, StagingMemoryStoreSupplier
+
 RESERVED = b"\x00__statekeeper.commit"
+#: The key-value specs the logging layer is stacked on (custom stores: from their supplier).
+SPECS = {
+    "memory": Stores.in_memory("s"),
+    "rocksdb": Stores.persistent("s"),
+    "sqlite": Stores.custom("s", SQLiteStoreSupplier()),
+    "staging-memory": Stores.custom("s", StagingMemoryStoreSupplier()),
+}
 
 
 @pytest.fixture
@@ -35,12 +44,11 @@ class BatchSink:
 
 
 @pytest.fixture(
-    params=[("memory", "each"), ("rocksdb", "each"), ("memory", "all"), ("rocksdb", "all")],
-    ids="-".join,
+    params=[(kind, sending) for sending in ("each", "all") for kind in SPECS], ids="-".join
 )
 def logged(request, tmp_path, sink):
     kind, sending = request.param
-    spec = Stores.in_memory("s") if kind == "memory" else Stores.persistent("s")
+    spec = SPECS[kind]
     to_sink = BatchSink(sink) if sending == "all" else (lambda k, v: sink.append((k, v)))
     store = build_store(spec, tmp_path / "s", to_sink)
     yield store

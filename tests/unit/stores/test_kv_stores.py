@@ -1,11 +1,15 @@
-"""The KeyValueBytesStore API, run over the in-memory, LRU and RocksDB stores alike.
+"""The KeyValueBytesStore API, run over every store engine alike: the built-in in-memory,
+LRU and RocksDB stores and the custom stores of tests/unit/stores/custom_suppliers.py (the
+SQLite example and a non-persistent staging store), opened through their suppliers.
 
-RocksDB runs twice: once with every write still staged in its uncommitted overlay, and once
-with the fixture data committed to the database, so both read paths are exercised.
+Engines that stage writes until commit run twice: once with every write still staged, and
+once with the fixture data committed, so both read paths are exercised. A new engine gets
+the whole suite by adding its kinds to KINDS (and its supplier to SUPPLIERS).
 """
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -16,36 +20,99 @@ from statekeeper.stores.lru import LRUKeyValueStore
 from statekeeper.stores.memory import InMemoryKeyValueStore
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 
-KINDS = ["memory", "lru", "rocksdb-staged", "rocksdb-committed"]
+from .custom_suppliers import SQLiteStoreSupplier, StagingMemoryStoreSupplier
+
+SUPPLIERS = {
+    # No fsync: it only matters for power loss, which no test here can show (reopening
+    # within the process sees the same); the default FULL runs in the other store tests.
+    "sqlite": SQLiteStoreSupplier(synchronous="OFF"),
+    "staging-memory": StagingMemoryStoreSupplier(),
+}
+KINDS = [
+    "memory",
+    "lru",
+    "rocksdb-staged",
+    "rocksdb-committed",
+    "sqlite-staged",
+    "sqlite-committed",
+    "staging-memory-staged",
+    "staging-memory-committed",
+]
+#: One kind per engine whose files outlive close() (the tests using it commit explicitly).
+PERSISTENT_KINDS = ["rocksdb-committed", "sqlite-committed"]
+#: One kind per engine that holds writes until commit (the built-in memory and LRU stores
+#: write straight through and have nothing to discard).
+STAGING_KINDS = [*PERSISTENT_KINDS, "staging-memory-committed"]
+#: Engines whose supplier opens read-only views (open_read_only()).
+VIEW_KINDS = ["sqlite-committed"]
 DATA = [(b"a", b"1"), (b"ab", b"2"), (b"abc", b"3"), (b"b", b"4"), (b"c", b"5"), (b"\xff", b"6")]
+#: Every StoreMetadata field set, so a store that drops one fails the round trip.
+FULL_META = StoreMetadata(
+    changelog_offset=41,
+    batch_id=7,
+    source_offsets={"in:0": 12, "in:1": 3},
+    epoch=2,
+    verified_offset=40,
+)
+#: A later commit: verified_offset back to None, a source partition no longer read.
+LATER_META = StoreMetadata(changelog_offset=50, batch_id=8, source_offsets={"in:0": 13}, epoch=3)
 
 
 class Harness:
-    """A store plus a way to load data into it (committed or not, per kind)."""
+    """A store plus a way to load data into it (committed or not, per kind) and reopen it."""
 
     def __init__(self, kind: str, tmp_path) -> None:
         self.kind = kind
-        if kind == "memory":
-            self.store = InMemoryKeyValueStore("kv")
-        elif kind == "lru":
-            self.store = LRUKeyValueStore("kv", capacity=1000)
-        else:
-            self.store = RocksDBKeyValueStore("kv", tmp_path / "kv")
+        self.engine = kind.removesuffix("-staged").removesuffix("-committed")
+        self.directory = tmp_path / "kv"
+        self.store = self.open()
+
+    def open(self):
+        if self.engine == "memory":
+            return InMemoryKeyValueStore("kv")
+        if self.engine == "lru":
+            return LRUKeyValueStore("kv", capacity=1000)
+        if self.engine == "rocksdb":
+            return RocksDBKeyValueStore("kv", self.directory)
+        return SUPPLIERS[self.engine].get("kv", self.directory)
+
+    def reopen(self) -> None:
+        """Close the store and open it again from its directory (what a restart sees)."""
+        self.store.close()
+        self.store = self.open()
 
     def load(self, items) -> None:
         self.store.put_all(list(items))
         self.settle()
 
     def settle(self) -> None:
-        if self.kind == "rocksdb-committed":
+        if self.kind.endswith("-committed"):
             self.store.commit(StoreMetadata())
+
+
+def _open_harness(request, tmp_path):
+    h = Harness(request.param, tmp_path)
+    yield h
+    h.store.close()
 
 
 @pytest.fixture(params=KINDS)
 def harness(request, tmp_path):
-    h = Harness(request.param, tmp_path)
-    yield h
-    h.store.close()
+    yield from _open_harness(request, tmp_path)
+
+
+def _engine_id(kind: str) -> str:
+    return kind.removesuffix("-committed")
+
+
+@pytest.fixture(params=PERSISTENT_KINDS, ids=_engine_id)
+def persistent_harness(request, tmp_path):
+    yield from _open_harness(request, tmp_path)
+
+
+@pytest.fixture(params=STAGING_KINDS, ids=_engine_id)
+def staging_harness(request, tmp_path):
+    yield from _open_harness(request, tmp_path)
 
 
 @pytest.fixture
@@ -217,14 +284,89 @@ def test_delete_range_excludes_end(harness):
     assert [k for k, _ in harness.store.all()] == [b"a", b"b", b"c", b"\xff"]
 
 
-def test_commit_and_read_metadata(store):
+def test_commit_and_read_metadata_round_trip_every_field(store):
     assert store.read_metadata() == StoreMetadata()
-    meta = StoreMetadata(changelog_offset=7, batch_id=3, source_offsets={"in:0": 11, "in:1": 2})
+    meta = copy.deepcopy(FULL_META)
     store.commit(meta)
-    assert store.read_metadata() == meta
-    # The store keeps its own copy.
+    assert store.read_metadata() == FULL_META
+    # The store keeps its own copy and hands out copies: callers cannot change it.
     meta.source_offsets["in:0"] = 999
-    assert store.read_metadata().source_offsets == {"in:0": 11, "in:1": 2}
+    store.read_metadata().source_offsets["in:0"] = 998
+    assert store.read_metadata() == FULL_META
+    # A later commit replaces every field (verified_offset None: a commit read back from the
+    # changelog, and a source partition no longer read).
+    store.commit(LATER_META)
+    assert store.read_metadata() == LATER_META
+
+
+def test_commit_makes_data_and_metadata_durable_together(persistent_harness):
+    h = persistent_harness
+    h.store.put_all(DATA)
+    h.store.commit(FULL_META)
+    h.reopen()
+    assert list(h.store.all()) == sorted(DATA)
+    assert h.store.read_metadata() == FULL_META
+
+
+def test_staged_writes_are_not_durable_until_commit(persistent_harness):
+    h = persistent_harness
+    h.store.put_all(DATA)
+    h.store.commit(FULL_META)
+    h.store.put(b"new", b"n")
+    h.store.put(b"a", b"changed")
+    h.store.delete(b"b")
+    h.store.delete_range(b"ab", b"abd")
+    h.reopen()  # a crash before the next commit
+    assert list(h.store.all()) == sorted(DATA)
+    assert h.store.read_metadata() == FULL_META
+    # The same writes, committed, survive.
+    h.store.put(b"new", b"n")
+    h.store.put(b"a", b"changed")
+    h.store.delete(b"b")
+    h.store.delete_range(b"ab", b"abd")
+    h.store.commit(LATER_META)
+    h.reopen()
+    assert list(h.store.all()) == [
+        (b"a", b"changed"),
+        (b"c", b"5"),
+        (b"new", b"n"),
+        (b"\xff", b"6"),
+    ]
+    assert h.store.read_metadata() == LATER_META
+
+
+def test_discard_drops_writes_staged_since_the_last_commit(staging_harness):
+    h = staging_harness
+    h.store.put_all(DATA)
+    h.store.commit(FULL_META)
+    h.store.put(b"new", b"n")
+    h.store.put(b"a", b"changed")
+    h.store.delete(b"b")
+    h.store.put_all([(b"c", None), (b"d", b"d")])
+    h.store.delete_range(b"ab", b"abd")
+    h.store.discard()
+    assert list(h.store.all()) == sorted(DATA)
+    assert list(h.store.range(None, None, reverse=True)) == sorted(DATA, reverse=True)
+    assert h.store.get_many([b"a", b"b", b"c", b"new", b"d"]) == [b"1", b"4", b"5", None, None]
+    assert h.store.approximate_num_entries() == len(DATA)
+    assert h.store.read_metadata() == FULL_META
+    # Nothing discarded comes back with the next commit (the batch is re-run from scratch).
+    h.store.put(b"rerun", b"r")
+    h.store.commit(LATER_META)
+    assert list(h.store.all()) == sorted([*DATA, (b"rerun", b"r")])
+    if h.store.persistent:
+        h.reopen()
+        assert list(h.store.all()) == sorted([*DATA, (b"rerun", b"r")])
+
+
+def test_discard_with_nothing_staged_changes_nothing(staging_harness):
+    h = staging_harness
+    h.store.discard()
+    h.store.put_all(DATA)
+    h.store.commit(FULL_META)
+    h.store.discard()
+    assert list(h.store.all()) == sorted(DATA)
+    assert h.store.read_metadata() == FULL_META
 
 
 def test_restore_batch_applies_absolute_values_and_metadata(harness):
@@ -248,16 +390,49 @@ def test_restore_batch_without_metadata_keeps_metadata(store):
     assert store.read_metadata() == meta
 
 
+def test_restore_batch_later_records_of_a_key_win(store):
+    # A changelog batch holds every write of a key in order: the last one is the value.
+    records = [(b"k", b"1"), (b"j", b"x"), (b"k", b"2"), (b"j", None), (b"i", None), (b"i", b"i")]
+    store.restore_batch(records, FULL_META)
+    store.finish_restore()
+    assert list(store.all()) == [(b"i", b"i"), (b"k", b"2")]
+    assert store.read_metadata() == FULL_META
+
+
+def test_restored_records_and_metadata_survive_reopen(persistent_harness):
+    # A restore writes straight to the store, without a commit: a crash right after it
+    # must find what was restored and how far.
+    h = persistent_harness
+    h.store.restore_batch(DATA[:3], None)
+    h.store.restore_batch([*DATA[3:], (b"a", None)], FULL_META)
+    h.store.finish_restore()
+    h.reopen()
+    assert list(h.store.all()) == sorted(DATA[1:])
+    assert h.store.read_metadata() == FULL_META
+
+
 def test_wipe_drops_entries_and_metadata(harness):
     harness.load(DATA)
     harness.store.commit(StoreMetadata(changelog_offset=4, batch_id=2, source_offsets={"t:0": 1}))
+    harness.store.put(b"staged", b"s")
     harness.store.wipe()
+    assert harness.store.get(b"staged") is None
     assert list(harness.store.all()) == []
     assert harness.store.get(b"a") is None
     assert harness.store.read_metadata() == StoreMetadata()
     # Still usable afterwards.
     harness.load([(b"again", b"1")])
     assert harness.store.get(b"again") == b"1"
+
+
+def test_wipe_is_durable(persistent_harness):
+    h = persistent_harness
+    h.store.put_all(DATA)
+    h.store.commit(FULL_META)
+    h.store.wipe()
+    h.reopen()
+    assert list(h.store.all()) == []
+    assert h.store.read_metadata() == StoreMetadata()
 
 
 def test_closed_store_fails_loudly(store):
@@ -336,3 +511,62 @@ def test_random_put_all_batches_match_a_dict_model(harness, seed):
             harness.settle()
         assert store.get_many(keys) == [model.get(k) for k in keys]
         assert list(store.all()) == sorted(model.items())
+
+
+@pytest.fixture(params=VIEW_KINDS, ids=_engine_id)
+def view_harness(request, tmp_path):
+    yield from _open_harness(request, tmp_path)
+
+
+def open_view(h: Harness):
+    return SUPPLIERS[h.engine].open_read_only("kv", h.directory)
+
+
+def test_read_only_view_shows_the_last_commit_only(view_harness):
+    h = view_harness
+    h.store.put_all(DATA)
+    h.store.commit(FULL_META)
+    h.store.put(b"staged", b"s")
+    h.store.delete(b"a")
+    with open_view(h) as view:
+        assert list(view.items()) == sorted(DATA)
+        assert view.get(b"a") == b"1"
+        assert view.get(b"staged") is None
+        assert list(view.range(b"ab", b"b", reverse=True)) == [
+            (b"b", b"4"),
+            (b"abc", b"3"),
+            (b"ab", b"2"),
+        ]
+        assert list(view.range(b"c", None)) == [(b"c", b"5"), (b"\xff", b"6")]
+        assert view.approximate_num_entries() == len(DATA)
+        assert view.read_metadata() == FULL_META
+        assert view.is_current()
+
+
+def test_read_only_view_does_not_change_under_its_reader(view_harness):
+    h = view_harness
+    h.store.put_all(DATA)
+    h.store.commit(FULL_META)
+    with open_view(h) as view:
+        h.store.put(b"a", None)
+        h.store.commit(LATER_META)
+        assert not view.is_current()  # the live store moved on: open a new view for it
+        assert list(view.items()) == sorted(DATA)
+        assert view.read_metadata() == FULL_META
+    with open_view(h) as view:
+        assert list(view.items()) == sorted(DATA[1:])
+        assert view.read_metadata() == LATER_META
+
+
+def test_read_only_view_of_a_store_never_committed_is_empty(view_harness):
+    with open_view(view_harness) as view:
+        assert list(view.items()) == []
+        assert view.read_metadata() == StoreMetadata()
+
+
+def test_read_only_view_hands_out_copies_of_its_metadata(view_harness):
+    h = view_harness
+    h.store.commit(FULL_META)
+    with open_view(h) as view:
+        view.read_metadata().source_offsets["in:0"] = 0
+        assert view.read_metadata() == FULL_META

@@ -10,10 +10,18 @@ from statekeeper.stores.metrics import OperationStats, StoreMetrics
 from statekeeper.stores.serdes import IntSerde, SerdeError
 from statekeeper.stores.typed import KeyValueStore, WindowStore
 
+from .custom_suppliers import SQLiteStoreSupplier
 
-@pytest.fixture(params=["memory", "rocksdb"])
+SPECS = {
+    "memory": Stores.in_memory("counts"),
+    "rocksdb": Stores.persistent("counts"),
+    "sqlite": Stores.custom("counts", SQLiteStoreSupplier()),
+}
+
+
+@pytest.fixture(params=list(SPECS))
 def counts(request, tmp_path):
-    spec = Stores.in_memory("counts") if request.param == "memory" else Stores.persistent("counts")
+    spec = SPECS[request.param]
     store = build_store(spec.with_serdes("str", "int"), tmp_path / "counts", None)
     yield store
     store.close()

@@ -1,26 +1,61 @@
-"""Window store (built with Stores.window), persistent (RocksDB) and in-memory alike."""
+"""Window store (built with Stores.window) over every segment engine alike: RocksDB,
+in-memory and the custom stores of tests/unit/stores/custom_suppliers.py (the SQLite example
+and a non-persistent staging store)."""
 
 from __future__ import annotations
 
 import pytest
 
+from spark_apps.word_count_sqlite.sqlite_store import SQLiteKeyValueStore
 from statekeeper.errors import ChangelogCorruptError, InvalidStoreConfigError
 from statekeeper.stores.base import StoreMetadata
-from statekeeper.stores.builders import Stores, build_store
+from statekeeper.stores.builders import Stores, StoreSpec, build_store
 from statekeeper.stores.window_bytes import (
     WindowBytesStore,
     changelog_window_key,
     split_changelog_window_key,
 )
 
+from .custom_suppliers import SQLiteStoreSupplier, StagingMemoryStore, StagingMemoryStoreSupplier
+
 RETENTION = 1_000
 SIZE = 100
 META = StoreMetadata(changelog_offset=5, batch_id=2, source_offsets={"in:0": 9})
+#: Stores.window arguments choosing what holds the segments.
+SEGMENTS = {
+    "rocksdb": {"persistent": True},
+    "in-memory": {"persistent": False},
+    "sqlite": {"supplier": SQLiteStoreSupplier()},
+    "staging-memory": {"supplier": StagingMemoryStoreSupplier()},
+}
+#: Segment engines whose files outlive close().
+PERSISTENT_SEGMENTS = ["rocksdb", "sqlite"]
+#: Segment engines that hold writes until commit (in-memory segments write straight through).
+STAGING_SEGMENTS = [*PERSISTENT_SEGMENTS, "staging-memory"]
 
 
-@pytest.fixture(params=[True, False], ids=["persistent", "in-memory"])
-def persistent(request):
+def window_spec(segments: str, retention_ms: int = RETENTION) -> StoreSpec:
+    return Stores.window("w", size_ms=SIZE, retention_ms=retention_ms, **SEGMENTS[segments])
+
+
+@pytest.fixture(params=list(SEGMENTS))
+def segments(request):
     return request.param
+
+
+@pytest.fixture(params=PERSISTENT_SEGMENTS)
+def persistent_segments(request):
+    return request.param
+
+
+@pytest.fixture(params=STAGING_SEGMENTS)
+def staging_segments(request):
+    return request.param
+
+
+@pytest.fixture
+def persistent(segments):
+    return window_spec(segments).persistent
 
 
 @pytest.fixture
@@ -29,13 +64,11 @@ def sink():
 
 
 @pytest.fixture
-def build(tmp_path, persistent, sink):
+def build(tmp_path, segments, sink):
     built = []
 
     def _build(retention_ms: int = RETENTION, *, logged: bool = True):
-        spec = Stores.window(
-            "w", size_ms=SIZE, retention_ms=retention_ms, persistent=persistent
-        ).with_serdes("str", "int")
+        spec = window_spec(segments, retention_ms).with_serdes("str", "int")
         store = build_store(
             spec, tmp_path / "w", (lambda k, v: sink.append((k, v))) if logged else None
         )
@@ -69,6 +102,19 @@ def test_layers_and_persistence(build, persistent):
     store = build()
     assert store.persistent is persistent
     assert byte_store(store).inner.persistent is persistent
+
+
+@pytest.mark.parametrize(
+    ("segments", "engine_store"),
+    [("sqlite", SQLiteKeyValueStore), ("staging-memory", StagingMemoryStore)],
+)
+def test_a_supplier_makes_the_segments(build, engine_store):
+    store = build()
+    assert type(byte_store(store).inner) is engine_store
+    store.put("k", 1, 0)
+    assert [v for k, v in byte_store(store).inner.all() if not k.startswith(b"\xff" * 8)] == [
+        b"\x00" * 7 + b"\x01"
+    ]
 
 
 def test_put_and_fetch(build):
@@ -192,8 +238,8 @@ def test_approximate_num_entries_excludes_the_stream_time_record(build, persiste
     assert store.approximate_num_entries() == 2
 
 
-def test_observed_stream_time_survives_commit_and_reopen(tmp_path, sink):
-    spec = Stores.window("w", size_ms=SIZE, retention_ms=RETENTION).with_serdes("str", "int")
+def test_observed_stream_time_survives_commit_and_reopen(tmp_path, sink, persistent_segments):
+    spec = window_spec(persistent_segments).with_serdes("str", "int")
     store = build_store(spec, tmp_path / "w", lambda k, v: sink.append((k, v)))
     store.put("k", 1, 4_000)
     store.commit(META)
@@ -209,8 +255,8 @@ def test_observed_stream_time_survives_commit_and_reopen(tmp_path, sink):
         store.close()
 
 
-def test_uncommitted_stream_time_is_lost_on_reopen(tmp_path):
-    spec = Stores.window("w", size_ms=SIZE, retention_ms=RETENTION)
+def test_uncommitted_stream_time_is_lost_on_reopen(tmp_path, persistent_segments):
+    spec = window_spec(persistent_segments)
     store = build_store(spec, tmp_path / "w", None)
     store.put(b"k", b"v", 100)
     store.commit(META)
@@ -224,8 +270,8 @@ def test_uncommitted_stream_time_is_lost_on_reopen(tmp_path):
         store.close()
 
 
-def test_discard_rolls_back_writes_and_stream_time(tmp_path):
-    spec = Stores.window("w", size_ms=SIZE, retention_ms=RETENTION)
+def test_discard_rolls_back_writes_and_stream_time(tmp_path, staging_segments):
+    spec = window_spec(staging_segments)
     store = build_store(spec, tmp_path / "w", None)
     try:
         store.put(b"k", b"old", 100)
@@ -263,8 +309,8 @@ def test_restore_batch_then_finish_restore_drops_windows_past_retention(build, p
     assert store.read_metadata() == META
 
 
-def test_restored_persistent_store_survives_reopen(tmp_path):
-    spec = Stores.window("w", size_ms=SIZE, retention_ms=RETENTION)
+def test_restored_persistent_store_survives_reopen(tmp_path, persistent_segments):
+    spec = window_spec(persistent_segments)
     store = build_store(spec, tmp_path / "w", None)
     store.restore_batch([(changelog_window_key(b"k", 10), b"a")], None)
     store.restore_batch([(changelog_window_key(b"k", 3_000), b"b")], META)
