@@ -52,7 +52,10 @@ def _cmd_stores_list(args: argparse.Namespace) -> int:
     lines = [f"{settings.application_id}: {len(copies)} local store copies in {settings.state_dir}"]
     for c in copies:
         entries = "in memory only" if not c.on_disk else f"~{c.approx_entries} entries (approx)"
-        lines.append(f"  {c.store:24} {c.kind:7} task {c.task:6} {entries}, {c.bytes_on_disk} B")
+        if c.on_disk and c.approx_entries is None:
+            entries = "entries unknown (its engine has no read-only view)"
+        kind = f"{c.kind}:{c.engine}" if c.kind == "custom" else c.kind
+        lines.append(f"  {c.store:24} {kind:7} task {c.task:6} {entries}, {c.bytes_on_disk} B")
     payload = {"application_id": settings.application_id, "stores": [asdict(c) for c in copies]}
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
