@@ -9,10 +9,10 @@ layers, restores, snapshots and queries as the built-in ones.
   whatever kill -9 interrupts.
 - Writes are staged in memory until :meth:`SQLiteKeyValueStore.commit`; reads see them.
 - A read-only view copies the file (and a journal, if one is there) into a scratch
-  directory without taking a lock, checks that SQLite's file change counter did not move
-  meanwhile, and opens the copy: SQLite's own crash recovery then turns the copy into the
-  last committed state. Copying a db mid-commit is safe because every page a transaction
-  overwrites is in its journal first, and the journal is copied after the db.
+  directory without taking a lock, checks that neither SQLite's file change counter nor the
+  journal moved meanwhile, and opens the copy: SQLite's own crash recovery then turns the
+  copy into the last committed state. Copying a db mid-commit is safe because every page a
+  transaction overwrites is in its journal first, and the journal is copied after the db.
 
 This file imports only statekeeper and the standard library: the topology ships it to the
 Spark executors by value.
@@ -201,6 +201,15 @@ def _within(key: bytes, start: bytes | None, end: bytes | None) -> bool:
     return (start is None or key >= start) and (end is None or key <= end)
 
 
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    """Which file is at ``path`` and how far it was written (None: none)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def _change_counter(db_file: Path) -> bytes:
     with open(db_file, "rb") as fh:
         return fh.read(100)[_COUNTER]
@@ -232,16 +241,19 @@ class SQLiteReadOnlyView(ReadOnlyStoreView):
             raise
 
     def _copy(self, live: Path) -> bytes:
-        """Copy the db, then its journal if any; retried until no commit landed meanwhile."""
+        """Copy the db, then its journal if any; retried until neither the change counter nor
+        the journal moved meanwhile. Both are needed: a commit that has written page 1 (the
+        counter) but not yet its other pages shows the same counter before and after the
+        copy; its journal, there before the copy and gone after, tells."""
         journal = self.directory / JOURNAL_FILE
         for attempt in range(VIEW_ATTEMPTS):
             (self._scratch / JOURNAL_FILE).unlink(missing_ok=True)
-            before = _change_counter(live)
+            before = (_change_counter(live), _identity(journal))
             shutil.copyfile(live, self._scratch / DB_FILE)
             with contextlib.suppress(FileNotFoundError):
                 shutil.copyfile(journal, self._scratch / JOURNAL_FILE)
-            if _change_counter(live) == before:
-                return before
+            if (_change_counter(live), _identity(journal)) == before:
+                return before[0]
             time.sleep(0.002 * (attempt + 1))
         raise StoreCorruptError(
             f"SQLite store at {self.directory}: commits kept landing during {VIEW_ATTEMPTS} copies"
