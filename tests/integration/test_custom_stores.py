@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from spark_apps.word_count_sqlite.sqlite_store import (
     DB_FILE,
@@ -50,15 +49,10 @@ from spark_apps.word_count_sqlite.sqlite_store import (
 )
 from statekeeper.app.app_files import import_topology_file
 from statekeeper.cli import main
-from statekeeper.kafka.adapter import consumer_config, producer_config
 from statekeeper.kafka.admin import ensure_topic
-from statekeeper.kafka.model import OffsetRange, tp_key
-from statekeeper.kafka.range_reader import read_ranges
 from statekeeper.ops.live_task import lock_holder, read_live_store, read_live_task
 from statekeeper.ops.restore import restore_task
 from statekeeper.ops.stores.local_stores import list_local_stores
-from statekeeper.processing.output_producer import OutputProducer
-from statekeeper.processing.stream_task import StreamTask
 from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots, snapshot_task
 from statekeeper.snapshots.install import installer_for
@@ -69,6 +63,7 @@ from statekeeper.stores import Stores
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.serdes import IntSerde
 
+from .batch_runs import produce_user_records, run_batches
 from .test_operator_reads_never_write import assert_unchanged, fingerprint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -336,38 +331,15 @@ def _run_app(admin, broker, root: Path, batches: list[tuple[int, int]]) -> SQLit
     ensure_topic(admin, source, 2)
     spec = _write_app_spec(root, app_id, source, broker.bootstrap_servers)
     app = SQLiteApp(app_id, source, spec, root / "state", root / "snaps", broker.bootstrap_servers)
-    producer = Producer(producer_config(broker.bootstrap_servers))
-    for i in range(RECORDS):
-        key = f"user-{i % USERS}"
-        producer.produce(source, b"x", key.encode(), partition=i % 2, timestamp=1_000 + 100 * i)
-    assert producer.flush(TIMEOUT) == 0
+    produce_user_records(broker.bootstrap_servers, source, RECORDS, USERS)
     topology = app.topology()
-    specs = topology.store_specs(0)
-    assert {s.name: s.engine for s in specs} == {
+    assert {s.name: s.engine for s in topology.store_specs(0)} == {
         "totals": "sqlite",
         "windows": "sqlite",
         "sk-task-state-0": "rocksdb",
     }
-    env = StateEnvironment(app.settings())
-    env.ensure_changelogs(specs, 2)
-    outputs = OutputProducer(broker.bootstrap_servers)
     storage = SnapshotStorage(app.snapshots.as_uri(), app_id)
-    conf = consumer_config(broker.bootstrap_servers)
-    try:
-        for p in (0, 1):
-            with env.task(f"0_{p}", p, specs) as task:
-                for batch, (start, end) in enumerate(batches):
-                    records = read_ranges(conf, [OffsetRange(source, p, start, end)], TIMEOUT)
-                    StreamTask(topology, 0, p, task, outputs, app_id).process_batch(
-                        batch, 1_000_000 + batch, records
-                    )
-                    outputs.flush(TIMEOUT)
-                    task.commit(batch, {tp_key(source, p): end})
-                    if batch == 0:
-                        snapshot_task(task, storage, root / "staging")
-    finally:
-        outputs.close()
-        env.close()
+    run_batches(app.settings(), topology, source, batches, storage, root / "staging")
     return app
 
 

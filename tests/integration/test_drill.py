@@ -25,13 +25,12 @@ from statekeeper.kafka.offsets import log_end_offsets
 from statekeeper.kafka.range_reader import read_ranges
 from statekeeper.ops.drill import DrillHistory, history_path
 from statekeeper.ops.stores.local_stores import open_read_only
-from statekeeper.processing.output_producer import OutputProducer
-from statekeeper.processing.stream_task import StreamTask
 from statekeeper.settings import load_settings
-from statekeeper.snapshots import SnapshotStorage, list_snapshots, snapshot_task
+from statekeeper.snapshots import SnapshotStorage, list_snapshots
 from statekeeper.state.directory import TaskDirectory, TaskLock
 from statekeeper.state.environment import StateEnvironment
 
+from .batch_runs import produce_user_records, run_batches
 from .test_changelog_audit import TOPOLOGY_FILE, _topology
 
 RECORDS = 240  # over 2 partitions and 30 keys
@@ -74,39 +73,15 @@ def _live_app(admin, broker, tmp_path: Path) -> LiveApp:
     ensure_topic(admin, source, 2)
     snaps = (tmp_path / "snaps").as_uri()
     spec = _write_spec(tmp_path, app_id, source, broker, f", snapshot_url: '{snaps}'")
-    producer = Producer(producer_config(broker.bootstrap_servers))
-    for i in range(RECORDS):
-        key = f"user-{i % KEYS}"
-        producer.produce(source, b"x", key.encode(), partition=i % 2, timestamp=1_000 + 100 * i)
-    assert producer.flush(TIMEOUT) == 0
+    produce_user_records(broker.bootstrap_servers, source, RECORDS, KEYS)
     settings = load_settings(
         bootstrap_servers=broker.bootstrap_servers,
         state_dir=tmp_path / "state",
         application_id=app_id,
     )
-    topology = _topology(source)
-    specs = topology.store_specs(0)
-    env = StateEnvironment(settings)
-    env.ensure_changelogs(specs, 2)
-    outputs = OutputProducer(broker.bootstrap_servers)
     storage = SnapshotStorage(snaps, app_id)
-    conf = consumer_config(broker.bootstrap_servers)
-    per_partition = RECORDS // 2
-    try:
-        for p in (0, 1):
-            with env.task(f"0_{p}", p, specs) as task:
-                for batch, (start, end) in enumerate([(0, 60), (60, per_partition)]):
-                    records = read_ranges(conf, [OffsetRange(source, p, start, end)], TIMEOUT)
-                    StreamTask(topology, 0, p, task, outputs, app_id).process_batch(
-                        batch, 1_000_000 + batch, records
-                    )
-                    outputs.flush(TIMEOUT)
-                    task.commit(batch, {tp_key(source, p): end})
-                    if batch == 0:
-                        snapshot_task(task, storage, tmp_path / "staging")
-    finally:
-        outputs.close()
-        env.close()
+    batches = [(0, 60), (60, RECORDS // 2)]
+    run_batches(settings, _topology(source), source, batches, storage, tmp_path / "staging")
     return LiveApp(app_id, source, spec, tmp_path / "state", broker.bootstrap_servers)
 
 

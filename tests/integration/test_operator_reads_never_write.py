@@ -21,26 +21,21 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from statekeeper.changelog.records import changelog_topic
 from statekeeper.cli import main
-from statekeeper.kafka.adapter import consumer_config, producer_config
+from statekeeper.kafka.adapter import consumer_config
 from statekeeper.kafka.admin import ensure_topic
-from statekeeper.kafka.model import OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_end_offsets
-from statekeeper.kafka.range_reader import read_ranges
 from statekeeper.ops.live_task import lock_holder, read_live_store
 from statekeeper.ops.overview import app_overview
-from statekeeper.processing.output_producer import OutputProducer
-from statekeeper.processing.stream_task import StreamTask
 from statekeeper.settings import load_settings
-from statekeeper.snapshots import SnapshotStorage, snapshot_task
+from statekeeper.snapshots import SnapshotStorage
 from statekeeper.state.directory import TaskDirectory
-from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.rocksdb import RocksDBKeyValueStore
 
+from .batch_runs import produce_user_records, run_batches
 from .test_changelog_audit import _topology
 from .test_drill import KEYS, RECORDS, TIMEOUT, LiveApp, _drill, _write_spec
 
@@ -91,41 +86,22 @@ def _run_app(admin, broker, tmp_path: Path, *, stale: bool) -> LiveApp:
     ensure_topic(admin, source, 2)
     snaps = (tmp_path / "snaps").as_uri()
     spec = _write_spec(tmp_path, app_id, source, broker, f", snapshot_url: '{snaps}'")
-    producer = Producer(producer_config(broker.bootstrap_servers))
-    for i in range(RECORDS):
-        key = f"user-{i % KEYS}"
-        producer.produce(source, b"x", key.encode(), partition=i % 2, timestamp=1_000 + 100 * i)
-    assert producer.flush(TIMEOUT) == 0
+    produce_user_records(broker.bootstrap_servers, source, RECORDS, KEYS)
     settings = load_settings(
         bootstrap_servers=broker.bootstrap_servers,
         state_dir=tmp_path / "state",
         application_id=app_id,
     )
-    topology = _topology(source)
-    specs = topology.store_specs(0)
-    env = StateEnvironment(settings)
-    env.ensure_changelogs(specs, 2)
-    outputs = OutputProducer(broker.bootstrap_servers)
-    storage = SnapshotStorage(snaps, app_id)
-    conf = consumer_config(broker.bootstrap_servers)
     aside = tmp_path / "after-batch-1"
-    try:
-        for p in (0, 1):
-            with env.task(f"0_{p}", p, specs) as task:
-                for batch, (start, end) in enumerate(BATCHES):
-                    records = read_ranges(conf, [OffsetRange(source, p, start, end)], TIMEOUT)
-                    StreamTask(topology, 0, p, task, outputs, app_id).process_batch(
-                        batch, 1_000_000 + batch, records
-                    )
-                    outputs.flush(TIMEOUT)
-                    task.commit(batch, {tp_key(source, p): end})
-                    if batch == 0:
-                        snapshot_task(task, storage, tmp_path / "staging")
-                    if batch == 1 and stale:
-                        shutil.copytree(task.task_dir.path, aside / task.task_id)
-    finally:
-        outputs.close()
-        env.close()
+
+    def keep_batch_1(task, batch: int) -> None:
+        if batch == 1 and stale:
+            shutil.copytree(task.task_dir.path, aside / task.task_id)
+
+    storage = SnapshotStorage(snaps, app_id)
+    run_batches(
+        settings, _topology(source), source, BATCHES, storage, tmp_path / "staging", keep_batch_1
+    )
     if stale:
         for task_id in TASKS:
             live = TaskDirectory(settings.state_dir, app_id, task_id).path
