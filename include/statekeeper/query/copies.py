@@ -208,6 +208,29 @@ class _Handle:
         shutil.rmtree(self.secondary_path, ignore_errors=True)
 
 
+def enter_refresh(
+    mutex: threading.Lock,
+    has_view: bool,
+    current_at: float,
+    max_staleness_s: float,
+    wait: bool,
+    name: str,
+) -> bool:
+    """Take a view's refresh ``mutex``: True when this thread now follows the primary (and
+    releases the mutex when done); False when another thread follows it and the view it has
+    (``has_view``) may answer as it is, having been known current at ``current_at`` within
+    ``max_staleness_s``. A reader that must wait for the follower waits, or with
+    ``wait=False`` is refused (:class:`ReadWouldWaitError`)."""
+    if mutex.acquire(blocking=False):
+        return True
+    if has_view and time.monotonic() - current_at <= max_staleness_s:
+        return False
+    if not wait:
+        raise ReadWouldWaitError(f"the view of {name} is following the primary")
+    mutex.acquire()
+    return True
+
+
 class StoreCopy:
     """A read-only view of one task's store directory (see the module docstring).
 
@@ -269,15 +292,15 @@ class StoreCopy:
 
         ``wait=False`` (a caller that must not block, e.g. an event loop) only checks: it
         raises :class:`ReadWouldWaitError` when the view has to catch up or open first."""
-        if not self._refresh_mutex.acquire(blocking=False):
-            if (
-                self._handle is not None
-                and time.monotonic() - self._current_at <= self.max_staleness_s
-            ):
-                return
-            if not wait:
-                raise ReadWouldWaitError(f"the view of {self.name} is following the primary")
-            self._refresh_mutex.acquire()
+        if not enter_refresh(
+            self._refresh_mutex,
+            self._handle is not None,
+            self._current_at,
+            self.max_staleness_s,
+            wait,
+            self.name,
+        ):
+            return
         try:
             if self._closed:
                 raise CopyUnavailableError(f"view of {self.name} is closed")

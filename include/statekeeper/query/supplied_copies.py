@@ -25,6 +25,7 @@ from statekeeper.query.copies import (
     CopyUnavailableError,
     ReadWouldWaitError,
     ReadWriteLock,
+    enter_refresh,
 )
 from statekeeper.stores.builders import StoreSpec
 from statekeeper.stores.read_only_view import ReadOnlyStoreView
@@ -85,15 +86,15 @@ class SuppliedStoreCopy:
         """Open a new view when the store committed since this one's commit (see
         :meth:`statekeeper.query.copies.StoreCopy.refresh` for ``wait`` and the staleness
         rule). Raises :class:`CopyUnavailableError` when there is no readable copy."""
-        if not self._refresh_mutex.acquire(blocking=False):
-            if (
-                self._view is not None
-                and time.monotonic() - self._current_at <= self.max_staleness_s
-            ):
-                return
-            if not wait:
-                raise ReadWouldWaitError(f"the view of {self.name} is following the task")
-            self._refresh_mutex.acquire()
+        if not enter_refresh(
+            self._refresh_mutex,
+            self._view is not None,
+            self._current_at,
+            self.max_staleness_s,
+            wait,
+            self.name,
+        ):
+            return
         try:
             if self._closed:
                 raise CopyUnavailableError(f"view of {self.name} is closed")
