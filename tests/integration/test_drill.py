@@ -24,7 +24,7 @@ from statekeeper.kafka.model import OffsetRange, tp_key
 from statekeeper.kafka.offsets import log_end_offsets
 from statekeeper.kafka.range_reader import read_ranges
 from statekeeper.ops.drill import DrillHistory, history_path
-from statekeeper.ops.stores.local_stores import open_read_only
+from statekeeper.ops.live_task import open_store_view
 from statekeeper.settings import load_settings
 from statekeeper.snapshots import SnapshotStorage, list_snapshots
 from statekeeper.state.directory import TaskDirectory, TaskLock
@@ -91,7 +91,7 @@ def _live_contents(app: LiveApp) -> dict[tuple[str, str], dict[bytes, bytes]]:
     for task in ("0_0", "0_1"):
         directory = TaskDirectory(app.state_dir, app.app_id, task)
         for spec in app.specs():
-            db = open_read_only(directory.store_path(spec.name))
+            db = open_store_view(directory.store_path(spec.name))
             try:
                 found[(task, spec.name)] = dict(db.items())
             finally:

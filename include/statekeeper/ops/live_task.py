@@ -515,11 +515,11 @@ __all__ = [
     "LiveStoreUnreadableError",
     "LiveTask",
     "ReadOnlyStore",
+    "has_local_copy",
     "lock_holder",
+    "open_store_view",
     "read_live_store",
     "read_live_task",
-    "has_local_copy",
-    "open_store_view",
     "read_only_store",
     "verify_live_commit",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 
 from statekeeper.errors import StatekeeperError
 from statekeeper.ops.drill.record import FAIL, MAX_EXAMPLES, PASS, CheckResult, Mismatch
-from statekeeper.ops.stores.local_stores import open_read_only
+from statekeeper.ops.live_task import open_store_view
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
 from statekeeper.stores.builders import StoreSpec
@@ -178,7 +178,7 @@ def live_values(
 
 
 def _read_live(path: Path, spec: StoreSpec, keys: list[bytes]) -> Values:
-    db = open_read_only(path, spec)
+    db = open_store_view(path, spec)
     try:
         if spec.kind != "window":
             return {k: db.get(k) for k in keys}

@@ -21,7 +21,7 @@ from statekeeper.changelog.records import changelog_topic
 from statekeeper.errors import ConfigError
 from statekeeper.kafka.admin import make_admin, partition_count
 from statekeeper.ops.drill.contents import Contents, store_contents
-from statekeeper.ops.stores.local_stores import open_read_only
+from statekeeper.ops.live_task import open_store_view
 from statekeeper.processing.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.snapshots.catalog import list_snapshots
@@ -108,7 +108,7 @@ def drill_tasks(settings: StatekeeperSettings, topology: Any) -> list[tuple[str,
 def _snapshot_entries(spec: StoreSpec, path: Path) -> tuple[Contents, int]:
     """A freshly installed checkpoint's entries (changelog keys) and its raw key count (what
     a manifest's ``key_count`` counts)."""
-    db = open_read_only(path, spec)
+    db = open_store_view(path, spec)
     entries: Contents = {}
     raw_keys = 0
     try:

@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.errors import StoreCorruptError
-from statekeeper.ops.live_task import open_store_view, read_only_store
+from statekeeper.ops.live_task import read_only_store
 from statekeeper.processing.topology import task_id
 from statekeeper.settings import StatekeeperSettings
 from statekeeper.state.directory import TaskDirectory
 from statekeeper.state.task_id import TaskId
 from statekeeper.stores.builders import StoreSpec
-from statekeeper.stores.read_only_view import ReadOnlyStoreView
 
 
 @dataclass(frozen=True)
@@ -78,16 +77,6 @@ def _task_dirs(app_dir: Path, subtopology: int) -> list[str]:
         if tid is not None and tid.subtopology == subtopology and path.is_dir():
             partitions.append(tid.partition)
     return [task_id(subtopology, p) for p in sorted(partitions)]
-
-
-def open_read_only(path: Path, spec: StoreSpec | None = None) -> ReadOnlyStoreView:
-    """A read-only view of the store at ``path`` (``get``, ``items``, ``close``): it takes
-    no lock and writes nothing into ``path``, so it serves live task stores, sandboxes and
-    installed snapshots alike (:func:`statekeeper.ops.live_task.open_store_view`: RocksDB
-    through a private shadow of its files, a custom store (``spec``) through its
-    supplier). Raises :class:`~statekeeper.errors.StoreCorruptError` when the store cannot
-    be read."""
-    return open_store_view(path, spec)
 
 
 def _estimate_keys(path: Path, spec: StoreSpec) -> int | None:
