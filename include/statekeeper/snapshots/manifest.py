@@ -25,8 +25,9 @@ It sits in ``extra`` because a reader takes unknown top-level fields for damage:
 statekeeper versions before it still read these manifests.
 
 ``layout`` says how to read the files: ``rocksdb-checkpoint`` (a RocksDB Checkpoint
-directory, file names relative to it) or ``kv-dump`` (one ``data.kvdump`` file, see
-:mod:`statekeeper.snapshots.staging`).
+directory, file names relative to it) or ``kv-dump`` (one ``data.kvdump`` file and the
+commit's ``metadata.json``, see :mod:`statekeeper.snapshots.staging`; a custom store's
+snapshots, installed through its supplier).
 
 Empty files (RocksDB's fresh write-ahead logs, often identical across every snapshot of an
 app) are listed like any other but never read back: verify and restores recreate them from
