@@ -55,8 +55,15 @@ def test_every_dag_imports_fast_without_heavy_modules(airflow_db):
     assert found["errors"] == {}
     assert set(found["dags"]) == DAG_IDS
     # One task per shipped app spec (spark_apps/word_count, spark_apps/patient_monitoring and
-    # their version 2, kept stopped by its spec until its state is migrated).
-    apps = ["patient-monitoring", "patient-monitoring-v2", "word-count", "word-count-v2"]
+    # their version 2, kept stopped by its spec until its state is migrated; word_count_sqlite,
+    # an example kept stopped by its spec).
+    apps = [
+        "patient-monitoring",
+        "patient-monitoring-v2",
+        "word-count",
+        "word-count-sqlite",
+        "word-count-v2",
+    ]
     assert found["dags"]["statekeeper_snapshots"] == [f"snapshot_{app}" for app in apps]
     assert found["dags"]["statekeeper_apps"] == [f"supervise_{app}" for app in apps]
     assert found["dags"]["statekeeper_app_actions"] == [f"act_{app}" for app in apps]
