@@ -509,6 +509,45 @@ def test_stores_list_and_inspect_show_sqlite_entries(sqlite_app, capsys):
     assert_unchanged(before, fingerprint(app.app_dir), "stores list|inspect")
 
 
+NO_VIEW_TOPOLOGY = TOPOLOGY_FILE.replace(
+    "def build(input_topic):\n    sqlite = SQLiteStoreSupplier()",
+    "from statekeeper.stores.supplier import StoreSupplier\n\n\n"
+    "class NoViewSupplier(SQLiteStoreSupplier):\n"
+    "    open_read_only = StoreSupplier.open_read_only  # no read-only view\n\n\n"
+    "def build(input_topic):\n    sqlite = NoViewSupplier()",
+)
+
+
+def test_a_supplier_without_a_read_only_view_runs_and_operator_reads_say_why(
+    admin, broker, tmp_path, capsys, monkeypatch
+):
+    """A custom engine without ``open_read_only``: the app runs and restores; the drill
+    passes, its consistency check skipped for those stores with the reason; stores list
+    shows their entries as unknown; inspect refuses naming the method; nothing written."""
+    assert NO_VIEW_TOPOLOGY != TOPOLOGY_FILE
+    monkeypatch.setattr(sys.modules[__name__], "TOPOLOGY_FILE", NO_VIEW_TOPOLOGY)
+    app = _run_app(admin, broker, tmp_path / "app", [(0, 60), (60, PER_PARTITION)])
+    before = fingerprint(app.app_dir)
+
+    code, record = _drill(capsys, app)
+    assert code == 0, record["failures"]
+    assert record["checks"]["consistency"] == "pass" and record["checks"]["truth"] == "pass"
+    stores = _stores(record)
+    for task in TASKS:
+        consistency = stores[(task, "totals")]["checks"]["consistency"]
+        assert consistency["status"] == "skipped", consistency
+        assert "has no open_read_only()" in consistency["detail"]
+        assert stores[(task, "totals")]["source"] == "snapshot"
+        assert stores[(task, "sk-task-state-0")]["checks"]["consistency"]["status"] == "pass"
+
+    copies = {(c.store, c.task): c for c in list_local_stores(app.settings(), app.topology())}
+    assert copies[("totals", "0_0")].on_disk and copies[("totals", "0_0")].approx_entries is None
+    argv = ["stores", "inspect", "--app", str(app.spec), "--store", "totals"]
+    assert main(argv) == 2
+    assert "has no open_read_only()" in capsys.readouterr().err
+    assert_unchanged(before, fingerprint(app.app_dir), "operator reads of a store without a view")
+
+
 def _task_rows(app: SQLiteApp, state_dir: Path, task: str) -> dict[str, tuple]:
     """Raw rows and commit of task ``task``'s SQLite stores under ``state_dir``."""
     directory = TaskDirectory(state_dir, app.app_id, task)

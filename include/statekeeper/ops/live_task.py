@@ -365,6 +365,8 @@ class LiveTask:
     missing: list[str] = field(default_factory=list)
     #: In-memory and LRU stores: they live only in the running app's process.
     in_memory: list[str] = field(default_factory=list)
+    #: Custom stores whose supplier has no read-only view: ``{store: why}``.
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def exists(self) -> bool:
@@ -410,6 +412,11 @@ def read_live_task(
             found.in_memory.append(spec.name)
         elif not has_local_copy(spec, path):
             found.missing.append(spec.name)
+        elif spec.supplier is not None and not spec.supplier.has_read_only_view:
+            found.unreadable[spec.name] = (
+                f"{type(spec.supplier).__name__} has no open_read_only(): its live copy cannot "
+                "be read without opening it (docs/custom-stores.md)"
+            )
         else:
             found.stores[spec.name] = read_live_store(spec, path, contents=contents)
     return found

@@ -125,6 +125,8 @@ def _against_live(settings: StatekeeperSettings, task: RestoredTask) -> dict[str
                 f"{store.spec.kind} store: its entries live only in the app's process, no live "
                 "copy on disk to compare (the truth check still runs)",
             )
+        elif name in live.unreadable:
+            results[name] = CheckResult(SKIPPED, live.unreadable[name])
         elif (found := live.stores.get(name)) is None:
             results[name] = CheckResult(SKIPPED, f"no live copy of store {name} on disk")
         else:

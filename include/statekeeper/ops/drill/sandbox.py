@@ -107,12 +107,16 @@ def drill_tasks(settings: StatekeeperSettings, topology: Any) -> list[tuple[str,
 
 def _snapshot_entries(spec: StoreSpec, path: Path) -> tuple[Contents, int]:
     """A freshly installed checkpoint's entries (changelog keys) and its raw key count (what
-    a manifest's ``key_count`` counts)."""
-    db = open_store_view(path, spec)
+    a manifest's ``key_count`` counts). The copy is the sandbox's own: a custom store whose
+    supplier has no read-only view is opened with the supplier itself."""
+    if spec.supplier is not None and not spec.supplier.has_read_only_view:
+        db: Any = spec.supplier.get(spec.name, path)
+    else:
+        db = open_store_view(path, spec)
     entries: Contents = {}
     raw_keys = 0
     try:
-        for key, value in db.items():
+        for key, value in db.range(None, None):
             raw_keys += 1
             if spec.kind != "window":
                 entries[key] = value
