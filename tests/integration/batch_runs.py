@@ -1,5 +1,5 @@
 """Running a two-partition app's tasks batch by batch without Spark: what the drill, the
-operator-read and the custom-store tests build their committed state with."""
+operator-read and the custom-store tests build their committed state (and app spec) with."""
 
 from __future__ import annotations
 
@@ -18,6 +18,23 @@ from statekeeper.snapshots import SnapshotStorage, snapshot_task
 from statekeeper.state.environment import StateEnvironment
 
 TIMEOUT = 30
+
+
+def write_app_spec(
+    root: Path, app_id: str, source: str, bootstrap: str, topology_file: str, extra: str = ""
+) -> Path:
+    """``root/<app_id>.yaml`` naming ``root/topo.py`` (``topology_file``'s text, its
+    ``build(input_topic)``), reading ``source``, its state under ``root/state``; ``extra``
+    continues the settings mapping (``", snapshot_url: '...'"``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "topo.py").write_text(topology_file)
+    spec = root / f"{app_id}.yaml"
+    spec.write_text(
+        f"application_id: {app_id}\ntopology: topo.py:build\n"
+        f"params: {{input_topic: {source}}}\n"
+        f"settings: {{bootstrap_servers: '{bootstrap}', state_dir: '{root / 'state'}'{extra}}}\n"
+    )
+    return spec
 
 
 def produce_user_records(bootstrap: str, source: str, records: int, users: int) -> None:

@@ -58,13 +58,13 @@ from statekeeper.snapshots import SnapshotStorage, list_snapshots, snapshot_task
 from statekeeper.snapshots.install import installer_for
 from statekeeper.snapshots.staging import KV_DUMP_FILE
 from statekeeper.state.directory import TaskDirectory
-from statekeeper.state.environment import StateEnvironment
 from statekeeper.stores import Stores
 from statekeeper.stores.base import StoreMetadata
 from statekeeper.stores.serdes import IntSerde
 
-from .batch_runs import produce_user_records, run_batches
+from .batch_runs import produce_user_records, run_batches, write_app_spec
 from .test_operator_reads_never_write import assert_unchanged, fingerprint
+from .test_snapshots import _env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SQLITE = SQLiteStoreSupplier()
@@ -77,17 +77,6 @@ SPECS = [
 ]
 KEYS = 200
 TAIL_KEYS = 30
-
-
-def _env(broker, tmp_path: Path, app: str, specs=SPECS) -> StateEnvironment:
-    settings = load_settings(
-        bootstrap_servers=broker.bootstrap_servers,
-        state_dir=tmp_path / "state",
-        application_id=app,
-    )
-    env = StateEnvironment(settings)
-    env.ensure_changelogs(specs, 1)
-    return env
 
 
 def _fill(task, rng: random.Random, keys: list[int], batch: int) -> None:
@@ -139,7 +128,7 @@ def _comparable(raw: dict[str, tuple]) -> dict[str, tuple]:
 def test_custom_stores_restore_from_changelog_and_from_snapshot_plus_tail(
     broker, tmp_path, topic_name
 ):
-    env = _env(broker, tmp_path, topic_name)
+    env = _env(broker, tmp_path, topic_name, SPECS)
     storage = SnapshotStorage((tmp_path / "snaps").as_uri(), topic_name)
     task_dir = TaskDirectory(tmp_path / "state", topic_name, "0_0")
     rng = random.Random(5)
@@ -311,16 +300,9 @@ class SQLiteApp:
 
 
 def _write_app_spec(root: Path, app_id: str, source: str, bootstrap: str) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "topo.py").write_text(TOPOLOGY_FILE)
-    spec = root / f"{app_id}.yaml"
-    spec.write_text(
-        f"application_id: {app_id}\ntopology: topo.py:build\n"
-        f"params: {{input_topic: {source}}}\n"
-        f"settings: {{bootstrap_servers: '{bootstrap}', state_dir: '{root / 'state'}', "
-        f"snapshot_url: '{(root / 'snaps').as_uri()}'}}\n"
-    )
-    return spec
+    """The app's spec on this module's ``TOPOLOGY_FILE``, its snapshots in ``root/snaps``."""
+    snapshots = f", snapshot_url: '{(root / 'snaps').as_uri()}'"
+    return write_app_spec(root, app_id, source, bootstrap, TOPOLOGY_FILE, snapshots)
 
 
 def _run_app(admin, broker, root: Path, batches: list[tuple[int, int]]) -> SQLiteApp:

@@ -30,7 +30,7 @@ from statekeeper.snapshots import SnapshotStorage, list_snapshots
 from statekeeper.state.directory import TaskDirectory, TaskLock
 from statekeeper.state.environment import StateEnvironment
 
-from .batch_runs import produce_user_records, run_batches
+from .batch_runs import produce_user_records, run_batches, write_app_spec
 from .test_changelog_audit import TOPOLOGY_FILE, _topology
 
 RECORDS = 240  # over 2 partitions and 30 keys
@@ -54,15 +54,8 @@ class LiveApp:
 
 
 def _write_spec(tmp_path: Path, app_id: str, source: str, broker, extra: str = "") -> Path:
-    (tmp_path / "topo.py").write_text(TOPOLOGY_FILE)
-    spec = tmp_path / f"{app_id}.yaml"
-    spec.write_text(
-        f"application_id: {app_id}\ntopology: topo.py:build\n"
-        f"params: {{input_topic: {source}}}\n"
-        f"settings: {{bootstrap_servers: '{broker.bootstrap_servers}', "
-        f"state_dir: '{tmp_path / 'state'}'{extra}}}\n"
-    )
-    return spec
+    """The spec of an app on test_changelog_audit's topology (``topo.py`` beside it)."""
+    return write_app_spec(tmp_path, app_id, source, broker.bootstrap_servers, TOPOLOGY_FILE, extra)
 
 
 def _live_app(admin, broker, tmp_path: Path) -> LiveApp:

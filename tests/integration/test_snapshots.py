@@ -30,14 +30,15 @@ SPECS = [
 KEYS = 20_000
 
 
-def _env(broker, tmp_path: Path, app: str) -> StateEnvironment:
+def _env(broker, tmp_path: Path, app: str, specs=SPECS) -> StateEnvironment:
+    """A state environment under ``tmp_path/state`` with ``specs``' changelogs (1 partition)."""
     settings = load_settings(
         bootstrap_servers=broker.bootstrap_servers,
         state_dir=tmp_path / "state",
         application_id=app,
     )
     env = StateEnvironment(settings)
-    env.ensure_changelogs(SPECS, 1)
+    env.ensure_changelogs(specs, 1)
     return env
 
 
