@@ -308,22 +308,24 @@ def test_commit_makes_data_and_metadata_durable_together(persistent_harness):
     assert h.store.read_metadata() == FULL_META
 
 
+def _stage_edits(store) -> None:
+    """A put of a new key, an overwrite, a delete and a range delete, none committed."""
+    store.put(b"new", b"n")
+    store.put(b"a", b"changed")
+    store.delete(b"b")
+    store.delete_range(b"ab", b"abd")
+
+
 def test_staged_writes_are_not_durable_until_commit(persistent_harness):
     h = persistent_harness
     h.store.put_all(DATA)
     h.store.commit(FULL_META)
-    h.store.put(b"new", b"n")
-    h.store.put(b"a", b"changed")
-    h.store.delete(b"b")
-    h.store.delete_range(b"ab", b"abd")
+    _stage_edits(h.store)
     h.reopen()  # a crash before the next commit
     assert list(h.store.all()) == sorted(DATA)
     assert h.store.read_metadata() == FULL_META
     # The same writes, committed, survive.
-    h.store.put(b"new", b"n")
-    h.store.put(b"a", b"changed")
-    h.store.delete(b"b")
-    h.store.delete_range(b"ab", b"abd")
+    _stage_edits(h.store)
     h.store.commit(LATER_META)
     h.reopen()
     assert list(h.store.all()) == [
@@ -339,11 +341,8 @@ def test_discard_drops_writes_staged_since_the_last_commit(staging_harness):
     h = staging_harness
     h.store.put_all(DATA)
     h.store.commit(FULL_META)
-    h.store.put(b"new", b"n")
-    h.store.put(b"a", b"changed")
-    h.store.delete(b"b")
+    _stage_edits(h.store)
     h.store.put_all([(b"c", None), (b"d", b"d")])
-    h.store.delete_range(b"ab", b"abd")
     h.store.discard()
     assert list(h.store.all()) == sorted(DATA)
     assert list(h.store.range(None, None, reverse=True)) == sorted(DATA, reverse=True)
