@@ -59,7 +59,7 @@ class StoreSpec:
     caching_max_bytes: int = 0
     read_cache_max_bytes: int = DEFAULT_READ_CACHE_BYTES  # RocksDB key-value stores only
     capacity: int | None = None  # LRU only
-    persistent_windows: bool = True  # window only: RocksDB or in-memory segments
+    persistent_windows: bool = True  # window only: RocksDB or in-memory segments (no supplier)
     #: A user's engine ("custom" key-value stores; window stores: their segments).
     supplier: StoreSupplier | None = None
     window_size_ms: int | None = None
@@ -194,17 +194,15 @@ class Stores:
         persistent: bool = True,
         supplier: StoreSupplier | None = None,
     ) -> StoreSpec:
-        """A window store; ``supplier``: its segments in a user's engine (``persistent``
-        then comes from the supplier)."""
+        """A window store; ``supplier``: its segments in a user's engine (the supplier then
+        says whether they persist, whatever ``persistent`` says)."""
         return StoreSpec(
             name=name,
             kind="window",
             window_size_ms=size_ms,
             grace_ms=grace_ms,
             retention_ms=retention_ms,
-            persistent_windows=persistent
-            if not isinstance(supplier, StoreSupplier)
-            else supplier.persistent,
+            persistent_windows=persistent,
             supplier=supplier,
         )
 

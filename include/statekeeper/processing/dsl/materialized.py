@@ -138,9 +138,7 @@ class Materialized:
             logging_enabled=self.logging_enabled,
             topic_configs=dict(self.topic_configs),
             caching_max_bytes=self.caching_max_bytes,
-            persistent_windows=self.store_type == "rocksdb"
-            if self.supplier is None
-            else self.supplier.persistent,
+            persistent_windows=self.store_type == "rocksdb",
             supplier=self.supplier,
             window_size_ms=windows.size_ms,
             grace_ms=windows.grace_ms,
