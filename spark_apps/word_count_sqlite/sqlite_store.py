@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
-import json
 import shutil
 import sqlite3
 import tempfile
@@ -73,10 +71,8 @@ def _decode_metadata(row: tuple[str] | None, where: Path) -> StoreMetadata:
     if row is None:
         return StoreMetadata()
     try:
-        doc = json.loads(row[0])
-        doc["source_offsets"] = {str(k): int(v) for k, v in doc["source_offsets"].items()}
-        return StoreMetadata(**doc)
-    except (ValueError, TypeError, KeyError) as exc:
+        return StoreMetadata.from_json(row[0])
+    except ValueError as exc:
         raise StoreCorruptError(f"SQLite store at {where}: unreadable metadata: {exc}") from exc
 
 
@@ -174,7 +170,7 @@ class SQLiteKeyValueStore(ClosableMixin, KeyValueBytesStore):
             if metadata is not None:
                 db.execute(
                     "INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)",
-                    (_METADATA_KEY, json.dumps(dataclasses.asdict(metadata))),
+                    (_METADATA_KEY, metadata.to_json()),
                 )
             db.execute("COMMIT")
         except BaseException:

@@ -20,7 +20,6 @@ afterwards replays only the changelog tail after the snapshot's marker.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import time
@@ -245,10 +244,8 @@ def _build_from_dump(spec: StoreSpec, dump: Path) -> Path:
     built = dump.with_name(dump.name + "-built")
     try:
         try:
-            raw = json.loads((dump / KV_DUMP_METADATA_FILE).read_text())
-            raw["source_offsets"] = {str(k): int(v) for k, v in raw["source_offsets"].items()}
-            metadata = StoreMetadata(**raw)
-        except (OSError, ValueError, TypeError, KeyError) as exc:
+            metadata = StoreMetadata.from_json((dump / KV_DUMP_METADATA_FILE).read_text())
+        except (OSError, ValueError) as exc:
             raise _Rejected(f"its {KV_DUMP_METADATA_FILE} is unreadable: {exc}") from exc
         store = spec.supplier.get(spec.name, built)
         try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import struct
 import time
 from collections.abc import Iterable, Iterator
@@ -101,9 +100,7 @@ def stage_store(store: Any, directory: Path, *, describe: bool = True) -> Staged
         key_count = write_kv_dump(directory / KV_DUMP_FILE, inner.range(None, None))
         # The whole commit metadata (epoch and verified offset too, which the manifest does
         # not carry): an install into a custom store's supplier writes it with the data.
-        (directory / KV_DUMP_METADATA_FILE).write_text(
-            json.dumps(dataclasses.asdict(metadata), sort_keys=True)
-        )
+        (directory / KV_DUMP_METADATA_FILE).write_text(metadata.to_json())
         pause = time.perf_counter() - started
         layout = LAYOUT_KV_DUMP
     files = _describe(directory) if describe else []

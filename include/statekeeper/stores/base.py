@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import heapq
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +37,21 @@ class StoreMetadata:
     #: was not a fenced writer's (changelog.fencing). None: the commit was read from the
     #: changelog itself (already fenced), or written before fencing existed.
     verified_offset: int | None = None
+
+    def to_json(self) -> str:
+        """Every field as JSON text: how a kv-dump snapshot, or an engine without a place of
+        its own for them, keeps the metadata (read back by :meth:`from_json`)."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> StoreMetadata:
+        """The metadata :meth:`to_json` wrote; raises ValueError when ``text`` is not that."""
+        try:
+            raw = json.loads(text)
+            raw["source_offsets"] = {str(k): int(v) for k, v in raw["source_offsets"].items()}
+            return cls(**raw)
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"not store metadata: {type(exc).__name__}: {exc}") from exc
 
 
 class KeyValueBytesStore(ABC):
