@@ -77,6 +77,11 @@ class CopyState:
     batch_id: int | None
     source_offsets: dict[str, int] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, meta: StoreMetadata) -> CopyState:
+        """What a view shows of a commit's metadata."""
+        return cls(meta.changelog_offset, meta.batch_id, dict(meta.source_offsets))
+
     @property
     def committed(self) -> bool:
         return self.batch_id is not None
@@ -422,7 +427,7 @@ class StoreCopy:
             raise CopyUnavailableError(
                 f"store {self.name} at {self.path} has unreadable metadata: {exc}"
             ) from exc
-        state = CopyState(meta.changelog_offset, meta.batch_id, dict(meta.source_offsets))
+        state = CopyState.of(meta)
         window = None
         if self.window is not None:
             retention_ms, size_ms = self.window

@@ -11,7 +11,6 @@ before the query arrived.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -30,8 +29,6 @@ from statekeeper.query.copies import (
 from statekeeper.stores.builders import StoreSpec
 from statekeeper.stores.read_only_view import ReadOnlyStoreView
 from statekeeper.stores.window_bytes import WindowBytesStore
-
-log = logging.getLogger("statekeeper.query")
 
 
 class ViewKeyValueReader:
@@ -121,8 +118,7 @@ class SuppliedStoreCopy:
     def _swap(self, view: ReadOnlyStoreView | None) -> None:
         state, window = CopyState(None, None), None
         if view is not None:
-            meta = view.read_metadata()
-            state = CopyState(meta.changelog_offset, meta.batch_id, dict(meta.source_offsets))
+            state = CopyState.of(view.read_metadata())
             spec = self.spec
             if spec.kind == "window":
                 assert spec.retention_ms is not None and spec.window_size_ms is not None
